@@ -1,0 +1,143 @@
+"""A small, typed client for llama-server's HTTP endpoints (httpx, explicit timeouts).
+
+Note: every GET of ``/metrics`` resets llama-server's ``*_tokens_seconds`` gauges. Production code
+should let the exporter be the only scraper and derive rates from the ``*_total`` counters.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+SPEC_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED_TOKENS = "llamacpp:spec_decode_num_accepted_tokens_total"
+SPEC_DRAFTS = "llamacpp:spec_decode_num_drafts_total"
+SPEC_ACCEPTED_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+class ServerError(RuntimeError):
+    """llama-server answered with an error or an unexpected shape."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def parse_metrics(text: str) -> list[Sample]:
+    """Parse Prometheus text exposition with prometheus-client's parser.
+
+    The parser strips ``_total`` from counter *family* names but keeps it on the samples,
+    so samples are returned with their exposed names.
+    """
+    samples: list[Sample] = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples.append(Sample(s.name, dict(s.labels), float(s.value)))
+    return samples
+
+
+def metric_value(samples: list[Sample], name: str, **labels: str) -> float | None:
+    for s in samples:
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    return None
+
+
+class LlamaServerClient:
+    """Client for one llama-server instance."""
+
+    def __init__(self, base_url: str, timeout: float = 30.0, api_key: str | None = None) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> LlamaServerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- plumbing ----------------------------------------------------------------------
+    def _get_json(self, path: str, timeout: float | None = None) -> Any:
+        resp = self._http.get(path, timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
+        if resp.status_code >= 400:
+            raise ServerError(f"GET {path}: HTTP {resp.status_code}: {resp.text[:300]}")
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise ServerError(f"GET {path}: invalid JSON: {resp.text[:200]!r}") from exc
+
+    def _post_json(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Any:
+        resp = self._http.post(path, json=body, timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
+        if resp.status_code >= 400:
+            raise ServerError(f"POST {path}: HTTP {resp.status_code}: {resp.text[:300]}")
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise ServerError(f"POST {path}: invalid JSON: {resp.text[:200]!r}") from exc
+
+    # ---- endpoints ---------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """``{"status": "ok"}``; raises :class:`ServerError` while loading (503)."""
+        return self._get_json("/health", timeout=5.0)
+
+    def is_healthy(self) -> bool:
+        try:
+            return self.health().get("status") == "ok"
+        except (httpx.HTTPError, ServerError):
+            return False
+
+    def wait_healthy(self, timeout: float = 120.0, interval: float = 0.25) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.is_healthy():
+                return
+            time.sleep(interval)
+        raise TimeoutError(f"{self.base_url} did not become healthy within {timeout:.0f}s")
+
+    def props(self) -> dict[str, Any]:
+        return self._get_json("/props")
+
+    def slots(self) -> list[dict[str, Any]]:
+        data = self._get_json("/slots")
+        if not isinstance(data, list):
+            raise ServerError(f"/slots: expected a list, got {type(data).__name__}")
+        return data
+
+    def metrics_text(self) -> str:
+        resp = self._http.get("/metrics")
+        if resp.status_code == 501:
+            raise ServerError("/metrics is disabled: start llama-server with --metrics")
+        if resp.status_code >= 400:
+            raise ServerError(f"GET /metrics: HTTP {resp.status_code}")
+        return resp.text
+
+    def metrics(self) -> list[Sample]:
+        return parse_metrics(self.metrics_text())
+
+    def completion(self, prompt: str, n_predict: int = 32, **params: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "seed": 42}
+        body.update(params)
+        return self._post_json("/completion", body)
+
+    def chat(self, messages: list[dict[str, str]], max_tokens: int = 64, **params: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "seed": 42}
+        body.update(params)
+        return self._post_json("/v1/chat/completions", body)
+
+
+def chat_text(response: dict[str, Any]) -> str:
+    try:
+        return str(response["choices"][0]["message"]["content"] or "")
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ServerError(f"unexpected chat response shape: {str(response)[:200]}") from exc

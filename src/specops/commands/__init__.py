@@ -1,0 +1,1 @@
+"""Subcommands of ``specops``; one module per command (see :mod:`specops.cli`)."""

@@ -1,0 +1,121 @@
+"""A server profile: what the operator wants llama-server to do, independent of flag spelling.
+
+Profiles come from Ansible variables, YAML files or the bench harness. They are validated here
+(unknown keys and impossible combinations are errors) and turned into argv by :mod:`specops.argv`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+SPEC_TYPES = ("auto", "none", "default", *DRAFT_TYPES, *NGRAM_TYPES)
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be rendered: says what is wrong and what to do."""
+
+
+@dataclass
+class ServerProfile:
+    """Everything that decides llama-server's command line.
+
+    ``spec_type``: ``auto`` (draft-simple when a draft model is set, else none), ``none`` (an explicit
+    baseline), ``default`` (llama.cpp's own ``--spec-default``), or any speculative type.
+    ``None`` means "leave llama.cpp's default" for every optional knob.
+    """
+
+    model: str
+    draft_model: str | None = None
+    spec_type: str = "auto"
+    draft_n_max: int | None = None
+    draft_n_min: int | None = None
+    draft_p_min: float | None = None
+    draft_ngl: int | str | None = None
+    draft_threads: int | None = None
+    draft_cache_type_k: str | None = None
+    draft_cache_type_v: str | None = None
+    ngram_size_n: int | None = None
+    ngram_size_m: int | None = None
+    ngram_min_hits: int | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    ctx_size: int = 4096
+    parallel: int = 1
+    ngl: int | str | None = None
+    threads: int | None = None
+    threads_batch: int | None = None
+    flash_attn: str | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    repack: bool | None = None
+    metrics: bool = True
+    slots: bool = True
+    alias: str | None = None
+    api_key_file: str | None = None
+    jinja: bool = False
+    extra_args: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerProfile:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ProfileError(
+                f"unknown profile key(s) {unknown}; valid keys: {sorted(names)}"
+            )
+        clean = {k: v for k, v in data.items() if v is not None and v != ""}
+        if "model" not in clean:
+            raise ProfileError("profile needs 'model' (path to the target GGUF)")
+        profile = cls(**clean)
+        profile.validate()
+        return profile
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def effective_spec_type(self) -> str:
+        if self.spec_type == "auto":
+            return "draft-simple" if self.draft_model else "none"
+        return self.spec_type
+
+    @property
+    def speculative(self) -> bool:
+        return self.effective_spec_type != "none"
+
+    def validate(self) -> None:
+        st = self.spec_type
+        if st not in SPEC_TYPES:
+            raise ProfileError(f"spec_type {st!r} is not one of {', '.join(SPEC_TYPES)}")
+        eff = self.effective_spec_type
+        if eff in DRAFT_TYPES and not self.draft_model:
+            raise ProfileError(f"spec_type {eff} needs draft_model (path to the draft GGUF)")
+        if self.draft_model and eff not in DRAFT_TYPES and eff != "default":
+            raise ProfileError(
+                f"draft_model is set but spec_type is {eff}: the draft would be loaded and never used. "
+                "Use spec_type auto or draft-simple, or drop draft_model."
+            )
+        for name in ("draft_n_max", "draft_n_min"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ProfileError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.draft_n_max is not None and self.draft_n_min is not None and self.draft_n_min > self.draft_n_max:
+            raise ProfileError(f"draft_n_min ({self.draft_n_min}) > draft_n_max ({self.draft_n_max})")
+        if self.draft_p_min is not None and not 0.0 <= float(self.draft_p_min) <= 1.0:
+            raise ProfileError(f"draft_p_min must be within 0..1, got {self.draft_p_min}")
+        if self.flash_attn not in (None, "on", "off", "auto"):
+            raise ProfileError(f"flash_attn must be on, off or auto, got {self.flash_attn!r}")
+        for name in ("cache_type_k", "cache_type_v", "draft_cache_type_k", "draft_cache_type_v"):
+            value = getattr(self, name)
+            if value is not None and value not in CACHE_TYPES:
+                raise ProfileError(f"{name} {value!r} is not one of {', '.join(CACHE_TYPES)}")
+        if not 0 < int(self.port) < 65536:
+            raise ProfileError(f"port {self.port} is out of range")
+        if int(self.parallel) < 1 or int(self.ctx_size) < 0:
+            raise ProfileError("parallel must be >= 1 and ctx_size >= 0")
+        if not isinstance(self.extra_args, list) or not all(isinstance(a, str) for a in self.extra_args):
+            raise ProfileError("extra_args must be a list of strings")
