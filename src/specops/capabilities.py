@@ -137,7 +137,7 @@ def _split_names(line: str) -> tuple[str, str, str]:
 
 
 def _placeholder(head: str) -> str:
-    tokens = [t for t in re.split(r"[\s,]+", head.strip()) if t and not t.startswith("-")]
+    tokens = [t for t in head.split() if not t.startswith("-")]
     return tokens[-1] if tokens else ""
 
 

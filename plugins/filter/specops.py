@@ -1,0 +1,66 @@
+"""Ansible filters backed by the specops package: the roles never spell llama-server flags or
+CMake options themselves, they ask the same Python functions the CLI, bench and soak use."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+try:
+    import specops  # noqa: F401
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from ansible.errors import AnsibleFilterError
+
+from specops.argv import FlagError, build_argv, systemd_line
+from specops.buildopts import BuildOptionError, build_id, cmake_args, cmake_options
+from specops.capabilities import Capabilities, parse_help, parse_version
+from specops.profile import ProfileError, ServerProfile
+
+
+def specops_capabilities(help_text: str, version_text: str = "") -> dict:
+    return parse_version(version_text or "", parse_help(help_text)).to_dict()
+
+
+def specops_argv(profile: dict, capabilities: dict, binary: str = "llama-server") -> list[str]:
+    try:
+        return build_argv(ServerProfile.from_dict(dict(profile)), Capabilities.from_dict(dict(capabilities)),
+                          binary=binary)
+    except (ProfileError, FlagError) as exc:
+        raise AnsibleFilterError(f"llama-server arguments: {exc}") from exc
+
+
+def specops_systemd_exec(argv: list[str]) -> str:
+    return systemd_line(list(argv))
+
+
+def specops_cmake_options(backend: str, commit: str, cpu_flags: str | list[str] = "", cpu_isa="auto",
+                          cuda_architectures: str = "75;80;86;89;90", hip_targets: str = "gfx90a;gfx1030;gfx1100",
+                          extra: dict | None = None) -> dict:
+    try:
+        return cmake_options(backend, commit=commit, cpu_flags=cpu_flags, cpu_isa=cpu_isa,
+                             cuda_architectures=str(cuda_architectures), hip_targets=str(hip_targets),
+                             extra=dict(extra or {}))
+    except BuildOptionError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def specops_build_id(options: dict, commit: str, backend: str, targets: list[str]) -> str:
+    return build_id(commit, backend, dict(options), list(targets))
+
+
+def specops_cmake_args(options: dict) -> list[str]:
+    return cmake_args(dict(options))
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {
+            "specops_capabilities": specops_capabilities,
+            "specops_argv": specops_argv,
+            "specops_systemd_exec": specops_systemd_exec,
+            "specops_cmake_options": specops_cmake_options,
+            "specops_build_id": specops_build_id,
+            "specops_cmake_args": specops_cmake_args,
+        }

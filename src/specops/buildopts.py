@@ -1,0 +1,119 @@
+"""CMake options for a llama.cpp build: backend, CPU ISA, offline safety. One function, unit-tested.
+
+``GGML_NATIVE`` is never turned on by default: on VMs the CPU flags advertise more than the
+hypervisor allows and the native build dies with SIGILL (AMX kernels). Instead the ISA is spelled
+out explicitly, by default from the build host's ``/proc/cpuinfo`` flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+BACKENDS = ("cpu", "cuda", "vulkan", "hip", "metal", "sycl")
+
+# cpuinfo flag -> GGML option. AMX and AVX512_BF16 are deliberately absent (see module docstring;
+# AVX512_BF16 does not compile with GCC 12). They can still be forced through extra options.
+ISA_FLAGS: dict[str, str] = {
+    "sse4_2": "GGML_SSE42",
+    "avx": "GGML_AVX",
+    "avx2": "GGML_AVX2",
+    "fma": "GGML_FMA",
+    "f16c": "GGML_F16C",
+    "bmi2": "GGML_BMI2",
+    "avx_vnni": "GGML_AVX_VNNI",
+    "avx512f": "GGML_AVX512",
+    "avx512vbmi": "GGML_AVX512_VBMI",
+    "avx512_vnni": "GGML_AVX512_VNNI",
+}
+# x86-64-v3: what a fleet of post-2015 x86 servers shares.
+PORTABLE_ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "bmi2")
+
+COMMON: dict[str, str] = {
+    "CMAKE_BUILD_TYPE": "Release",
+    "BUILD_SHARED_LIBS": "OFF",  # binaries keep working after the build dir is gone
+    "LLAMA_BUILD_TESTS": "OFF",
+    "LLAMA_BUILD_EXAMPLES": "ON",  # llama-speculative, the reference implementation
+    "LLAMA_BUILD_TOOLS": "ON",
+    "LLAMA_BUILD_SERVER": "ON",
+    "LLAMA_USE_PREBUILT_UI": "OFF",  # defaults ON and downloads the web UI
+    "LLAMA_BUILD_UI": "OFF",
+    "LLAMA_OPENSSL": "OFF",  # the server never downloads models in production
+    "GGML_NATIVE": "OFF",
+}
+
+TOOLCHAINS: dict[str, list[tuple[str, str]]] = {
+    # backend -> [(what, how to get it)]
+    "cpu": [],
+    "cuda": [("nvcc", "install the CUDA toolkit (nvcc) and put it on PATH or set llama_cpp_cuda_home"),
+             ("cublas", "install cuBLAS (CUDA toolkit, or the nvidia-cublas PyPI wheel; "
+                        "set llama_cpp_cuda_library_dirs)")],
+    "vulkan": [("glslc", "apt-get install glslc"), ("vulkan-headers", "apt-get install libvulkan-dev")],
+    "hip": [("hipcc", "install ROCm (hipcc, rocBLAS, hipBLAS) and set llama_cpp_rocm_path")],
+    "metal": [("macos", "Metal builds need macOS with Xcode command line tools")],
+    "sycl": [("icpx", "install the Intel oneAPI Base Toolkit and source setvars.sh (icx/icpx)")],
+}
+
+
+class BuildOptionError(ValueError):
+    pass
+
+
+def isa_options(cpu_flags: list[str] | str, isa: str | list[str] = "auto") -> dict[str, str]:
+    """ISA options: ``auto`` from the given cpuinfo flags, ``portable`` for x86-64-v3, or a list."""
+    if isinstance(cpu_flags, str):
+        cpu_flags = cpu_flags.replace("flags", " ").replace(":", " ").split()
+    if isa == "auto":
+        wanted = [f for f in ISA_FLAGS if f in set(cpu_flags)]
+    elif isa == "portable":
+        wanted = list(PORTABLE_ISA)
+    elif isinstance(isa, list):
+        unknown = [f for f in isa if f not in ISA_FLAGS]
+        if unknown:
+            raise BuildOptionError(f"unknown ISA feature(s) {unknown}; known: {sorted(ISA_FLAGS)}")
+        wanted = list(isa)
+    else:
+        raise BuildOptionError(f"cpu_isa must be auto, portable or a list of features, got {isa!r}")
+    return {opt: ("ON" if flag in wanted else "OFF") for flag, opt in ISA_FLAGS.items()}
+
+
+def cmake_options(
+    backend: str,
+    *,
+    commit: str,
+    cpu_flags: list[str] | str = (),  # type: ignore[assignment]
+    cpu_isa: str | list[str] = "auto",
+    cuda_architectures: str = "75;80;86;89;90",
+    hip_targets: str = "gfx90a;gfx1030;gfx1100",
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """Every ``-D`` option for one build, sorted for a stable build id."""
+    if backend not in BACKENDS:
+        raise BuildOptionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    opts = dict(COMMON)
+    opts["LLAMA_BUILD_COMMIT"] = commit[:9]
+    if backend != "metal":
+        opts.update(isa_options(list(cpu_flags) if not isinstance(cpu_flags, str) else cpu_flags, cpu_isa))
+    if backend == "cuda":
+        opts.update({"GGML_CUDA": "ON", "CMAKE_CUDA_ARCHITECTURES": cuda_architectures})
+    elif backend == "vulkan":
+        opts["GGML_VULKAN"] = "ON"
+    elif backend == "hip":
+        opts.update({"GGML_HIP": "ON", "GPU_TARGETS": hip_targets})
+    elif backend == "metal":
+        opts.update({"GGML_METAL": "ON", "GGML_METAL_EMBED_LIBRARY": "ON"})
+    elif backend == "sycl":
+        opts.update({"GGML_SYCL": "ON", "CMAKE_C_COMPILER": "icx", "CMAKE_CXX_COMPILER": "icpx"})
+    # Extra options win, including GGML_NATIVE=ON for those who explicitly ask for it.
+    opts.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return dict(sorted(opts.items()))
+
+
+def build_id(commit: str, backend: str, options: dict[str, str], targets: list[str]) -> str:
+    """``<commit9>-<backend>-<hash10>``: the same inputs always give the same install prefix."""
+    digest = hashlib.sha256(json.dumps([commit, backend, options, sorted(targets)], sort_keys=True).encode())
+    return f"{commit[:9]}-{backend}-{digest.hexdigest()[:10]}"
+
+
+def cmake_args(options: dict[str, str]) -> list[str]:
+    return [f"-D{k}={v}" for k, v in options.items()]

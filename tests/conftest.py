@@ -1,0 +1,67 @@
+"""Shared fixtures. The lab (see tests/lab.py) gives every integration test a real llama-server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specops.profile import ServerProfile
+from specops.server import ServerProcess
+from tests import lab
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture(scope="session")
+def llama_build() -> lab.LlamaBuild:
+    """llama.cpp built through the real role (cached per machine), or $SPECOPS_LLAMA_PREFIX."""
+    prefix = os.environ.get("SPECOPS_LLAMA_PREFIX")
+    if prefix:
+        return lab.installed_build(Path(prefix).parent) if Path(prefix).name == "current" else \
+            lab.LlamaBuild(Path(prefix), Path(prefix) / "bin" / "llama-server",
+                           lab.Capabilities.load(Path(prefix) / "capabilities.json"), {})
+    run = lab.build_llama_cpp()
+    if run.rc != 0:
+        pytest.fail(f"building llama.cpp through roles/llama_cpp failed:\n{run.output[-6000:]}")
+    return lab.installed_build()
+
+
+@pytest.fixture(scope="session")
+def smollm() -> Path:
+    """SmolLM2-135M (98 MB, from PyPI), sha256-verified."""
+    return lab.model_path("smollm2-135m")
+
+
+@pytest.fixture
+def start_server(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Path,
+                 request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerProcess]]:
+    """Factory: ``start_server(draft_model=..., spec_type=...)`` → a started ServerProcess on a free port.
+
+    Profile keys default to SmolLM2 as target, small context, 2 threads. Logs are kept and printed
+    when the test fails.
+    """
+    started: list[ServerProcess] = []
+
+    def _start(env: dict[str, str] | None = None, **overrides: Any) -> ServerProcess:
+        profile = {"model": str(smollm), "ctx_size": 2048, "parallel": 1, "threads": 2, **overrides}
+        server = ServerProcess(llama_build.server, ServerProfile.from_dict(profile), llama_build.caps,
+                               log_path=tmp_path / f"llama-server-{len(started)}.log", env=env)
+        started.append(server)
+        server.start()
+        return server
+
+    yield _start
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    for server in started:
+        server.stop()
+        if failed:
+            print(f"\n----- {server.log_path} (kept) -----\n{server.log_tail(60)}")

@@ -1,0 +1,75 @@
+"""The test lab: build llama.cpp through the real role, fetch a real model, run real servers.
+
+Everything is cached outside the repository under ``$SPECOPS_CACHE`` (default ~/.cache/specops):
+the first run on a fresh machine builds llama.cpp (minutes); later runs take seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from specops.capabilities import Capabilities
+from specops.fetch import catalog, fetch
+from specops.paths import cache_dir
+
+REPO = Path(__file__).resolve().parents[1]
+LAB_INSTALL_ROOT = cache_dir() / "lab" / "opt" / "llama.cpp"
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    output: str
+
+    def recap(self, host: str = "localhost") -> dict[str, int]:
+        match = re.search(rf"^{re.escape(host)}\s*:\s*(.*)$", self.output, re.M)
+        if not match:
+            return {}
+        return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(1))}
+
+
+def ansible_playbook(playbook: str, *args: str, inventory: str | None = None, timeout: int = 3600,
+                     env: dict[str, str] | None = None) -> PlaybookRun:
+    """Run ansible-playbook from the repo root with the repo's ansible.cfg."""
+    exe = Path(sys.executable).with_name("ansible-playbook")
+    cmd = [str(exe), playbook, *args]
+    if inventory:
+        cmd[1:1] = ["-i", inventory]
+    full_env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+                "ANSIBLE_NOCOLOR": "1", **(env or {})}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env,
+                          check=False)
+    return PlaybookRun(proc.returncode, proc.stdout + proc.stderr)
+
+
+def build_llama_cpp(*extra: str) -> PlaybookRun:
+    return ansible_playbook("playbooks/build.yml", "-e", f"llama_cpp_install_root={LAB_INSTALL_ROOT}", *extra)
+
+
+@dataclass
+class LlamaBuild:
+    prefix: Path
+    server: Path
+    caps: Capabilities
+    info: dict
+
+    def bin(self, name: str) -> Path:
+        return self.prefix / "bin" / name
+
+
+def installed_build(root: Path = LAB_INSTALL_ROOT) -> LlamaBuild:
+    prefix = (root / "current").resolve()
+    return LlamaBuild(prefix=prefix, server=prefix / "bin" / "llama-server",
+                      caps=Capabilities.load(prefix / "capabilities.json"),
+                      info=json.loads((prefix / "build-info.json").read_text()))
+
+
+def model_path(name: str) -> Path:
+    spec = catalog()[name]
+    return fetch(spec, cache_dir() / "models", cache_dir(), progress=False)

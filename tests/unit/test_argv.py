@@ -1,0 +1,93 @@
+from pathlib import Path
+
+import pytest
+
+from specops.argv import FlagError, build_argv, check_extra_args, systemd_line
+from specops.capabilities import parse_help
+from specops.profile import ProfileError, ServerProfile
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+CURRENT = parse_help((FIX / "llama-server-0c1e57098" / "llama-server_help.txt").read_text())
+LEGACY = parse_help((FIX / "llama-server-legacy" / "help.txt").read_text())
+
+
+def opt(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+def test_draft_model_always_comes_with_spec_type():
+    p = ServerProfile.from_dict({"model": "/m/t.gguf", "draft_model": "/m/d.gguf", "draft_n_max": 8})
+    argv = build_argv(p, CURRENT)
+    assert opt(argv, "--spec-type") == "draft-simple"
+    assert opt(argv, "--spec-draft-model") == "/m/d.gguf"
+    assert opt(argv, "--spec-draft-n-max") == "8"
+    assert "--draft-max" not in argv and "--metrics" in argv
+    assert opt(argv, "--host") == "127.0.0.1" and opt(argv, "--port") == "8080"
+
+
+def test_legacy_build_gets_legacy_flags():
+    p = ServerProfile.from_dict({"model": "t", "draft_model": "d", "draft_n_max": 8, "draft_n_min": 1})
+    argv = build_argv(p, LEGACY)
+    assert opt(argv, "--draft-max") == "8" and opt(argv, "--draft-min") == "1"
+    assert "--spec-type" not in argv and "--spec-draft-n-max" not in argv
+
+
+def test_baseline_is_explicit():
+    argv = build_argv(ServerProfile.from_dict({"model": "t", "spec_type": "none"}), CURRENT)
+    assert opt(argv, "--spec-type") == "none"
+    assert "-md" not in argv and "--spec-draft-model" not in argv
+
+
+@pytest.mark.parametrize("kind,flag", [("ngram-simple", "--spec-ngram-simple-size-n"),
+                                       ("ngram-map-k", "--spec-ngram-map-k-size-n"),
+                                       ("ngram-mod", "--spec-ngram-mod-n-match")])
+def test_ngram_types_need_no_draft(kind, flag):
+    argv = build_argv(ServerProfile.from_dict({"model": "t", "spec_type": kind, "ngram_size_n": 6}), CURRENT)
+    assert opt(argv, "--spec-type") == kind and opt(argv, flag) == "6"
+
+
+def test_ngram_type_on_legacy_build_is_an_error():
+    with pytest.raises(FlagError, match="not offered"):
+        build_argv(ServerProfile.from_dict({"model": "t", "spec_type": "ngram-mod"}), LEGACY)
+
+
+def test_removed_extra_flag_is_rejected_with_hint():
+    p = ServerProfile.from_dict({"model": "t", "extra_args": ["--draft-max", "8"]})
+    with pytest.raises(FlagError, match="removed"):
+        build_argv(p, CURRENT)
+
+
+def test_unknown_extra_flag_is_rejected():
+    with pytest.raises(FlagError, match="not a llama-server flag"):
+        check_extra_args(["--turbo-mode"], CURRENT)
+    assert check_extra_args(["--batch-size", "512", "-b", "512", "--override-kv", "x=int:-1"], CURRENT)
+    with pytest.raises(FlagError, match="--mlock"):  # gone at this commit (see --load-mode)
+        check_extra_args(["--mlock"], CURRENT)
+
+
+def test_draft_without_draft_type_is_refused():
+    with pytest.raises(ProfileError, match="never used"):
+        ServerProfile.from_dict({"model": "t", "draft_model": "d", "spec_type": "none"})
+
+
+def test_profile_errors_are_actionable():
+    with pytest.raises(ProfileError, match="unknown profile key"):
+        ServerProfile.from_dict({"model": "t", "draft_max": 8})
+    with pytest.raises(ProfileError, match="needs draft_model"):
+        ServerProfile.from_dict({"model": "t", "spec_type": "draft-simple"})
+    with pytest.raises(ProfileError, match="draft_n_min"):
+        ServerProfile.from_dict({"model": "t", "draft_model": "d", "draft_n_max": 2, "draft_n_min": 4})
+
+
+def test_exact_profile_settings_render():
+    p = ServerProfile.from_dict({"model": "t", "draft_model": "d", "draft_n_max": 2, "flash_attn": "on",
+                                 "cache_type_v": "q8_0", "repack": False, "draft_threads": 2})
+    argv = build_argv(p, CURRENT)
+    assert opt(argv, "--flash-attn") == "on" and opt(argv, "--cache-type-v") == "q8_0"
+    assert "--no-repack" in argv and opt(argv, "--spec-draft-threads") == "2"
+
+
+def test_systemd_quoting():
+    line = systemd_line(["/opt/x/llama-server", "-m", "/srv/my models/a.gguf", "--alias", "50%$"])
+    assert '"/srv/my models/a.gguf"' in line
+    assert "50%%$$" in line
