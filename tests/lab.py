@@ -6,6 +6,7 @@ the first run on a fresh machine builds llama.cpp (minutes); later runs take sec
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -49,7 +50,11 @@ def ansible_playbook(playbook: str, *args: str, inventory: str | None = None, ti
 
 
 def build_llama_cpp(*extra: str) -> PlaybookRun:
-    return ansible_playbook("playbooks/build.yml", "-e", f"llama_cpp_install_root={LAB_INSTALL_ROOT}", *extra)
+    """Build through the real role; a lock keeps parallel test sessions from building at once."""
+    LAB_INSTALL_ROOT.parent.mkdir(parents=True, exist_ok=True)
+    with (LAB_INSTALL_ROOT.parent / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return ansible_playbook("playbooks/build.yml", "-e", f"llama_cpp_install_root={LAB_INSTALL_ROOT}", *extra)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from ansible.errors import AnsibleFilterError
 from specops.argv import FlagError, build_argv, systemd_line
 from specops.buildopts import BuildOptionError, build_id, cmake_args, cmake_options
 from specops.capabilities import Capabilities, parse_help, parse_version
+from specops.probe import summarize_probe
 from specops.profile import ProfileError, ServerProfile
 
 
@@ -63,4 +64,5 @@ class FilterModule:
             "specops_cmake_options": specops_cmake_options,
             "specops_build_id": specops_build_id,
             "specops_cmake_args": specops_cmake_args,
+            "specops_probe_summary": summarize_probe,
         }

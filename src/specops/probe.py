@@ -1,0 +1,30 @@
+"""Judge a probe completion: did speculation really happen? (used by deploy and `specops verify`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specops.client import SPEC_ACCEPTED_TOKENS, SPEC_DRAFT_TOKENS, SPEC_DRAFTS, metric_value, parse_metrics
+
+
+def summarize_probe(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw``: metrics_before/metrics_after (Prometheus text), slots (list), timings (dict)."""
+    before = parse_metrics(raw.get("metrics_before") or "")
+    after = parse_metrics(raw.get("metrics_after") or "")
+
+    def delta(name: str) -> float:
+        return (metric_value(after, name) or 0.0) - (metric_value(before, name) or 0.0)
+
+    drafted, accepted, drafts = delta(SPEC_DRAFT_TOKENS), delta(SPEC_ACCEPTED_TOKENS), delta(SPEC_DRAFTS)
+    slots = raw.get("slots") or []
+    timings = raw.get("timings") or {}
+    return {
+        "draft_tokens_delta": int(drafted),
+        "accepted_tokens_delta": int(accepted),
+        "drafts_delta": int(drafts),
+        "acceptance": accepted / drafted if drafted else 0.0,
+        "mean_acceptance_length": 1.0 + accepted / drafts if drafts else 1.0,
+        "slots_speculative": bool(slots) and all(bool(s.get("speculative")) for s in slots),
+        "predicted_per_second": float(timings.get("predicted_per_second") or 0.0),
+        "content": raw.get("content", ""),
+    }
