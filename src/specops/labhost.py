@@ -76,6 +76,8 @@ HOST_TOOLS = {
     "tar": "tar",
 }
 
+DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$")
 CONTAINER_IF = "host0"
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -232,7 +234,14 @@ def require_root() -> None:
 
 
 def missing_tools() -> dict[str, str]:
-    return {cmd: pkg for cmd, pkg in HOST_TOOLS.items() if shutil.which(cmd) is None}
+    missing = {cmd: pkg for cmd, pkg in HOST_TOOLS.items() if shutil.which(cmd) is None}
+    if not Path(DEBIAN_KEYRING).exists():  # Ubuntu: debootstrap of a Debian suite needs Debian's keys
+        missing[DEBIAN_KEYRING] = "debian-archive-keyring"
+    return missing
+
+
+def host_runs_systemd() -> bool:
+    return Path("/run/systemd/system").is_dir()
 
 
 def ensure_host_tools(install: bool = True) -> None:
@@ -242,9 +251,7 @@ def ensure_host_tools(install: bool = True) -> None:
         return
     pkgs = sorted(set(missing.values()))
     if not install or shutil.which("apt-get") is None:
-        raise LabError(
-            f"missing commands {', '.join(sorted(missing))}: install the packages {' '.join(pkgs)}"
-        )
+        raise LabError(f"missing {', '.join(sorted(missing))}: install the packages {' '.join(pkgs)}")
     log(f"installing {' '.join(pkgs)} with apt-get (missing: {', '.join(sorted(missing))})")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     apt = ["apt-get", "install", "-y", "--no-install-recommends", *pkgs]
@@ -676,6 +683,12 @@ class LabHost:
                 "--console=read-only",
                 f"--network-namespace-path={self._netns_path(st)}",
             ]  # fmt: skip
+            if host_runs_systemd():
+                # --keep-unit wants a unit of its own to keep: a transient scope with a delegated cgroup.
+                # systemd-run --scope execs systemd-nspawn in place, so the recorded pid stays right.
+                scope = ["systemd-run", "--scope", "--quiet", "--collect", f"--unit=specops-lab-{self.name}",
+                         "--property=Delegate=yes"]  # fmt: skip
+                cmd = scope + cmd
             t0 = time.monotonic()
             with open(self.logfile, "ab") as logfh:
                 logfh.write(f"\n=== labhost start {time.ctime()}: {' '.join(cmd)}\n".encode())
@@ -763,6 +776,8 @@ class LabHost:
         require_root()
         validate_name(self.name)
         with file_lock(self.lockfile):
+            if self.nspawn_pid() is None:
+                self._kill_strays()
             self._stop(timeout=15)
             t0 = time.monotonic()
             self._remove_dir()
@@ -770,6 +785,23 @@ class LabHost:
         with contextlib.suppress(FileNotFoundError):
             self.lockfile.unlink()
         log(f"{self.name}: destroyed")
+
+    def _kill_strays(self) -> None:
+        """Kill any systemd-nspawn still booted from this rootfs (say, its pidfile was lost)."""
+        needle = f"\0-D\0{self.rootfs}\0".encode()
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                data = b"\0" + cmdline.read_bytes()
+            except OSError:
+                continue
+            if needle in data and b"systemd-nspawn\0" in data:
+                pid = int(cmdline.parent.name)
+                log(f"{self.name}: killing stray systemd-nspawn {pid} and its container")
+                for victim in (find_leader(pid), pid):
+                    if victim is not None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(victim, signal.SIGKILL)
+                wait_gone(pid, 10)
 
     def _remove_dir(self) -> None:
         if not self.dir.exists():

@@ -189,6 +189,7 @@ def test_lifecycle_is_idempotent_and_destroy_leaves_nothing(labhost) -> None:
         assert host.start() == "running"
         pid = host.nspawn_pid()
         leader = host.leader_pid()
+        host.pidfile.unlink()  # destroy must still find and end it
     finally:
         host.destroy()
     host.destroy()  # twice is fine
