@@ -1,0 +1,178 @@
+"""prometheus-client custom collector: metric families from the scraper's latest snapshot.
+
+``collect()`` never talks to llama-server; it only formats the last :class:`Snapshot`, so any number of
+Prometheus servers may scrape the exporter without adding load on llama-server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from specops.exporter.llama_metrics import COUNTERS, GAUGES, PER_POS_HELP, PER_POS_NAME, SPEC_KEYS
+from specops.exporter.state import Scraper, Snapshot
+
+_HELP = {name: help_ for name, help_ in (*COUNTERS.values(), *GAUGES.values())}
+_SPEC_LOG_HELP = {
+    "llamacpp_spec_draft_tokens_total": "Speculative: draft tokens generated (from the server log).",
+    "llamacpp_spec_accepted_tokens_total": "Speculative: draft tokens accepted (from the server log).",
+    "llamacpp_spec_drafts_total": "Speculative: verification steps, recovered from 'mean len' in the log.",
+}
+
+
+def _gauge(name: str, help_: str, value: float | None, labels: dict[str, str] | None = None) -> Metric | None:
+    if value is None:
+        return None
+    g = GaugeMetricFamily(name, help_, labels=list(labels) if labels else None)
+    g.add_metric(list(labels.values()) if labels else [], value)
+    return g
+
+
+class SpecopsCollector(Collector):
+    def __init__(self, scraper: Scraper) -> None:
+        self.scraper = scraper
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.scraper.snapshot
+        for part in (self._server, self._speculation, self._process, self._exporter):
+            for metric in part(snap):
+                if metric is not None:
+                    yield metric
+
+    # ---- llama-server ------------------------------------------------------------------------
+    def _server(self, s: Snapshot) -> Iterator[Metric | None]:
+        yield _gauge("llamacpp_up", "1 when the last /metrics scrape of llama-server succeeded.", float(s.up))
+        yield _gauge("llamacpp_healthy", "1 when llama-server's /health said ok.", float(s.healthy))
+        info = InfoMetricFamily("llamacpp_server", "llama-server build, models and speculation settings.")
+        info.add_metric([], {
+            "build_commit": s.props.build_commit or s.install_commit[:9],
+            "build_number": s.props.build_number,
+            "backend": s.backend or "unknown",
+            "target_model": s.props.model or s.launch.target_model,
+            "draft_model": s.launch.draft_model,
+            "spec_type": s.spec_type or "unknown",
+            "draft_n_max": s.launch.draft_n_max,
+            "draft_n_min": s.launch.draft_n_min,
+            "spec_source": s.spec_source,
+        })
+        yield info
+        yield _gauge("llamacpp_speculation_expected",
+                     "1 when llama-server was configured to speculate (command line or /slots).",
+                     float(s.speculation_expected))
+        if s.metrics is not None:
+            for name, value in s.metrics.counters.items():
+                if name in SPEC_KEYS:
+                    continue  # emitted with their source below
+                c = CounterMetricFamily(name.removesuffix("_total"), _HELP[name])
+                c.add_metric([], value)
+                yield c
+            for name, value in s.metrics.gauges.items():
+                yield _gauge(name, _HELP[name], value)
+        if s.slots is not None:
+            yield _gauge("llamacpp_slots", "Slots configured (from /slots).", float(s.slots.total))
+            yield _gauge("llamacpp_slots_busy", "Slots processing a request.", float(s.slots.busy))
+            yield _gauge("llamacpp_slots_speculative", "Slots with speculation enabled.",
+                         float(s.slots.speculative))
+
+    def _speculation(self, s: Snapshot) -> Iterator[Metric | None]:
+        for name, value in s.spec_counters().items():
+            help_ = _HELP[name] if s.spec_source == "metrics" else _SPEC_LOG_HELP[name]
+            c = CounterMetricFamily(name.removesuffix("_total"), help_)
+            c.add_metric([], value)
+            yield c
+        if s.metrics is not None and s.metrics.accepted_per_pos:
+            c = CounterMetricFamily(PER_POS_NAME.removesuffix("_total"), PER_POS_HELP, labels=["position"])
+            for pos, value in sorted(s.metrics.accepted_per_pos.items()):
+                c.add_metric([str(pos)], value)
+            yield c
+        w = s.window
+        window = f"over the exporter's window ({self.scraper.cfg.window:g}s)"
+        yield _gauge("llamacpp_spec_acceptance_ratio", f"Accepted / drafted tokens {window}.",
+                     w.acceptance_ratio)
+        yield _gauge("llamacpp_spec_mean_acceptance_length",
+                     f"1 + accepted tokens / verification steps {window}.", w.mean_acceptance_length)
+        if w.acceptance_by_position:
+            g = GaugeMetricFamily("llamacpp_spec_acceptance_by_position_ratio",
+                                  f"Share of verification steps accepting draft position N {window}.",
+                                  labels=["position"])
+            for pos, value in sorted(w.acceptance_by_position.items()):
+                g.add_metric([str(pos)], value)
+            yield g
+        yield _gauge("llamacpp_decode_tokens_per_second",
+                     f"Generated tokens per second of generation time {window}.", w.decode_tokens_per_second)
+        if s.log is not None:
+            c = CounterMetricFamily("llamacpp_log_acceptance_lines", "Acceptance log lines parsed.")
+            c.add_metric([], float(s.log.lines))
+            yield c
+
+    # ---- the llama-server process ------------------------------------------------------------
+    def _process(self, s: Snapshot) -> Iterator[Metric | None]:
+        c = CounterMetricFamily("llamacpp_server_restarts",
+                                "llama-server restarts seen by this exporter (PID change, or counter reset "
+                                "when no PID is known).")
+        c.add_metric([], float(s.restarts))
+        yield c
+        if s.pid_info is not None and s.pid_info.systemd_restarts is not None:
+            c = CounterMetricFamily("llamacpp_systemd_restarts", "NRestarts of the llama-server unit.")
+            c.add_metric([], float(s.pid_info.systemd_restarts))
+            yield c
+        if s.pid_info is not None and s.pid_info.memory_max_bytes is not None:
+            yield _gauge("llamacpp_systemd_memory_max_bytes", "MemoryMax= of the llama-server unit.",
+                         float(s.pid_info.memory_max_bytes))
+        p = s.process
+        if p is not None:
+            yield _gauge("llamacpp_process_resident_memory_bytes", "llama-server resident memory.",
+                         float(p.rss_bytes))
+            yield _gauge("llamacpp_process_virtual_memory_bytes", "llama-server virtual memory.",
+                         float(p.vms_bytes))
+            c = CounterMetricFamily("llamacpp_process_cpu_seconds", "llama-server user + system CPU time.")
+            c.add_metric([], p.cpu_seconds)
+            yield c
+            yield _gauge("llamacpp_process_threads", "llama-server threads.", float(p.threads))
+            if p.open_fds is not None:
+                yield _gauge("llamacpp_process_open_fds", "llama-server open file descriptors.",
+                             float(p.open_fds))
+            yield _gauge("llamacpp_process_start_time_seconds", "llama-server start time (Unix time).",
+                         p.start_time)
+        if s.gpu is not None:
+            yield _gauge("llamacpp_gpu_monitoring", "1 when nvidia-smi answered for this host.", 1.0)
+            if s.gpu:
+                g = GaugeMetricFamily("llamacpp_process_gpu_memory_bytes",
+                                      "GPU memory used by llama-server (nvidia-smi).", labels=["gpu_uuid"])
+                per_gpu: dict[str, float] = {}
+                for row in s.gpu:
+                    per_gpu[row.gpu_uuid] = per_gpu.get(row.gpu_uuid, 0.0) + row.used_bytes
+                for uuid, used in sorted(per_gpu.items()):
+                    g.add_metric([uuid], used)
+                yield g
+
+    # ---- the exporter itself -----------------------------------------------------------------
+    def _exporter(self, s: Snapshot) -> Iterator[Metric | None]:
+        errors, durations, cycles = self.scraper.selfm.copy()
+        c = CounterMetricFamily("specops_exporter_scrape_errors",
+                                "Failed scrapes of llama-server by endpoint and kind.",
+                                labels=["endpoint", "kind"])
+        for (endpoint, kind), n in sorted(errors.items()):
+            c.add_metric([endpoint, kind], float(n))
+        yield c
+        h = HistogramMetricFamily("specops_exporter_scrape_duration_seconds",
+                                  "Time to scrape one llama-server endpoint.", labels=["endpoint"])
+        for endpoint, (buckets, total) in sorted(durations.items()):
+            h.add_metric([endpoint], buckets, total)
+        yield h
+        c = CounterMetricFamily("specops_exporter_scrape_cycles", "Scrape passes over llama-server.")
+        c.add_metric([], float(cycles))
+        yield c
+        if s.time:
+            yield _gauge("specops_exporter_last_scrape_timestamp_seconds",
+                         "When the last pass over llama-server finished (Unix time).", s.time)
+        yield _gauge("specops_exporter_interval_seconds", "Seconds between passes over llama-server.",
+                     self.scraper.cfg.interval)

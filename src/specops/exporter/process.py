@@ -1,0 +1,218 @@
+"""The llama-server process: find its PID, read its resource usage (psutil), read its command line.
+
+PID discovery, in order of preference:
+
+1. ``--unit NAME``: ``systemctl show -p MainPID -p NRestarts -p MemoryMax NAME``. Authoritative under systemd,
+   gives systemd's restart count too, and works as an unprivileged DynamicUser (D-Bus), unlike (2).
+2. the listening port of ``--server-url`` via ``psutil.net_connections`` (maps sockets to PIDs through
+   ``/proc/*/fd``: needs root or the same user; used for ad-hoc runs and tests). The PID is cached while the
+   process lives, so the scan runs only after a restart.
+3. ``--pid N`` (fixed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import Protocol
+
+import psutil
+
+
+class ProcessError(RuntimeError):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class PidInfo:
+    pid: int | None
+    systemd_restarts: int | None = None
+    memory_max_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcessStats:
+    pid: int
+    start_time: float
+    rss_bytes: int
+    vms_bytes: int
+    cpu_seconds: float
+    threads: int
+    open_fds: int | None  # None when /proc/PID/fd is not readable (another user without ptrace rights)
+    cmdline: tuple[str, ...] = field(default=())
+
+
+class PidSource(Protocol):
+    def find(self) -> PidInfo: ...
+
+    def forget(self) -> None: ...
+
+    def describe(self) -> str: ...
+
+
+def _int_or_none(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() else None
+
+
+def parse_systemctl_show(text: str) -> PidInfo:
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    pid = _int_or_none(props.get("MainPID", ""))
+    return PidInfo(pid=pid if pid else None, systemd_restarts=_int_or_none(props.get("NRestarts", "")),
+                   memory_max_bytes=_int_or_none(props.get("MemoryMax", "")))
+
+
+class SystemdPid:
+    def __init__(self, unit: str, systemctl: str = "systemctl", timeout: float = 5.0) -> None:
+        self.unit = unit
+        self.argv = [systemctl, "show", "-p", "MainPID", "-p", "NRestarts", "-p", "MemoryMax", "--", unit]
+        self.timeout = timeout
+
+    def describe(self) -> str:
+        return f"systemd:{self.unit}"
+
+    def forget(self) -> None:
+        pass
+
+    def find(self) -> PidInfo:
+        try:
+            out = subprocess.run(self.argv, capture_output=True, text=True, timeout=self.timeout, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ProcessError("systemctl", f"{' '.join(self.argv)}: {exc}") from exc
+        if out.returncode != 0:
+            detail = out.stderr.strip()[:200]
+            raise ProcessError("systemctl", f"{' '.join(self.argv)}: rc={out.returncode} {detail}")
+        return parse_systemctl_show(out.stdout)
+
+
+class PortPid:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._cached: psutil.Process | None = None
+
+    def describe(self) -> str:
+        return f"port:{self.port}"
+
+    def forget(self) -> None:
+        self._cached = None
+
+    def find(self) -> PidInfo:
+        cached = self._cached
+        if cached is not None and cached.is_running():
+            return PidInfo(cached.pid)
+        self._cached = None
+        try:
+            conns = psutil.net_connections(kind="tcp")
+        except psutil.Error as exc:
+            raise ProcessError("access_denied", f"cannot list sockets: {exc}") from exc
+        for c in conns:
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == self.port and c.pid:
+                with contextlib.suppress(psutil.Error):
+                    self._cached = psutil.Process(c.pid)
+                    return PidInfo(c.pid)
+        return PidInfo(None)
+
+
+class FixedPid:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def describe(self) -> str:
+        return f"pid:{self.pid}"
+
+    def forget(self) -> None:
+        pass
+
+    def find(self) -> PidInfo:
+        return PidInfo(self.pid if psutil.pid_exists(self.pid) else None)
+
+
+def read_process(pid: int) -> ProcessStats:
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            mem = proc.memory_info()
+            cpu = proc.cpu_times()
+            start = proc.create_time()
+            threads = proc.num_threads()
+            try:
+                fds: int | None = proc.num_fds()
+            except psutil.AccessDenied:
+                fds = None
+            try:
+                cmdline = tuple(proc.cmdline())
+            except psutil.AccessDenied:
+                cmdline = ()
+    except psutil.NoSuchProcess as exc:
+        raise ProcessError("gone", f"process {pid} is gone") from exc
+    except psutil.AccessDenied as exc:
+        raise ProcessError("access_denied", f"process {pid}: access denied") from exc
+    except psutil.Error as exc:
+        raise ProcessError("other", f"process {pid}: {exc}") from exc
+    return ProcessStats(pid=pid, start_time=start, rss_bytes=int(mem.rss), vms_bytes=int(mem.vms),
+                        cpu_seconds=float(cpu.user + cpu.system), threads=int(threads), open_fds=fds,
+                        cmdline=cmdline)
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """What llama-server was told on its command line (both flag eras)."""
+
+    target_model: str = ""
+    draft_model: str = ""
+    spec_type: str = ""  # "" = not given
+    draft_n_max: str = ""
+    draft_n_min: str = ""
+    spec_default: bool = False
+
+    @property
+    def speculation_expected(self) -> bool:
+        if self.spec_type:
+            return self.spec_type != "none"
+        return bool(self.draft_model) or self.spec_default
+
+
+_VALUE_FLAGS = {
+    "-m": "target_model", "--model": "target_model",
+    "-md": "draft_model", "--model-draft": "draft_model", "--spec-draft-model": "draft_model",
+    "--spec-type": "spec_type",
+    "--spec-draft-n-max": "draft_n_max", "--draft-max": "draft_n_max", "--draft": "draft_n_max",
+    "--draft-n": "draft_n_max",
+    "--spec-draft-n-min": "draft_n_min", "--draft-min": "draft_n_min", "--draft-n-min": "draft_n_min",
+}
+
+
+def parse_launch(cmdline: tuple[str, ...] | list[str]) -> LaunchSettings:
+    found: dict[str, str] = {}
+    spec_default = False
+    args = list(cmdline[1:])
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        flag, eq, inline = arg.partition("=")
+        if arg == "--spec-default":
+            spec_default = True
+        elif flag in _VALUE_FLAGS:
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if not eq:
+                i += 1
+            key = _VALUE_FLAGS[flag]
+            found[key] = PurePath(value).name if key.endswith("_model") else value[:64]
+        i += 1
+    return LaunchSettings(spec_default=spec_default, **found)
+
+
+def build_info_for(cmdline: tuple[str, ...]) -> Path | None:
+    """``PREFIX/build-info.json`` next to ``PREFIX/bin/llama-server`` (the llama_cpp role's layout)."""
+    if not cmdline:
+        return None
+    candidate = Path(cmdline[0]).parent.parent / "build-info.json"
+    return candidate if candidate.is_absolute() else None

@@ -1,0 +1,362 @@
+"""The scraper: one pass over llama-server and its process → an immutable :class:`Snapshot`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specops.exporter.config import ExporterConfig
+from specops.exporter.fetch import BoundedFetcher, FetchError
+from specops.exporter.gpu import GpuError, GpuProcessMemory, find_nvidia_smi, query_compute_apps
+from specops.exporter.llama_metrics import ServerMetrics, parse_server_metrics
+from specops.exporter.logline import LogAcceptance, LogCounters
+from specops.exporter.process import (
+    FixedPid,
+    LaunchSettings,
+    PidInfo,
+    PidSource,
+    PortPid,
+    ProcessError,
+    ProcessStats,
+    SystemdPid,
+    build_info_for,
+    parse_launch,
+    read_process,
+)
+from specops.exporter.props import Props, parse_props
+from specops.exporter.selfmetrics import SelfMetrics
+from specops.exporter.slots import ShapeError, SlotsSummary, summarize_slots
+from specops.exporter.window import CounterWindow
+
+log = logging.getLogger("specops.exporter")
+
+ACCEPTED = "llamacpp_spec_accepted_tokens_total"
+DRAFT_TOKENS = "llamacpp_spec_draft_tokens_total"
+DRAFTS = "llamacpp_spec_drafts_total"
+PREDICTED = "llamacpp_tokens_predicted_total"
+PREDICTED_SECONDS = "llamacpp_tokens_predicted_seconds_total"
+RESET_WITNESSES = (PREDICTED, "llamacpp_decode_calls_total", "llamacpp_prompt_tokens_total")
+
+
+@dataclass(frozen=True)
+class WindowFigures:
+    acceptance_ratio: float | None = None
+    mean_acceptance_length: float | None = None
+    decode_tokens_per_second: float | None = None
+    acceptance_by_position: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: float = 0.0
+    up: bool = False
+    healthy: bool = False
+    metrics: ServerMetrics | None = None
+    slots: SlotsSummary | None = None
+    props: Props = field(default_factory=Props)
+    launch: LaunchSettings = field(default_factory=LaunchSettings)
+    backend: str = ""
+    install_commit: str = ""
+    pid_info: PidInfo | None = None
+    process: ProcessStats | None = None
+    restarts: int = 0
+    window: WindowFigures = field(default_factory=WindowFigures)
+    gpu: tuple[GpuProcessMemory, ...] | None = None  # None: no nvidia-smi
+    log: LogCounters | None = None  # None: no log source
+    spec_source: str = "none"  # metrics | log | none
+
+    @property
+    def speculation_expected(self) -> bool:
+        if self.launch.spec_type or self.launch.draft_model or self.launch.spec_default:
+            return self.launch.speculation_expected
+        return bool(self.slots and self.slots.spec_types not in ("", "none"))
+
+    @property
+    def spec_type(self) -> str:
+        if self.launch.spec_type:
+            return self.launch.spec_type
+        if self.slots and self.slots.spec_types:
+            return self.slots.spec_types
+        return "draft-simple" if self.launch.draft_model else ""
+
+    def spec_counters(self) -> dict[str, float]:
+        """The speculative counters from their source (server metrics or the log)."""
+        if self.spec_source == "metrics" and self.metrics:
+            return {k: self.metrics.counters[k] for k in (DRAFT_TOKENS, ACCEPTED, DRAFTS)}
+        if self.spec_source == "log" and self.log:
+            return {DRAFT_TOKENS: float(self.log.generated), ACCEPTED: float(self.log.accepted),
+                    DRAFTS: float(self.log.drafts)}
+        return {}
+
+
+def make_pid_source(cfg: ExporterConfig) -> PidSource | None:
+    if cfg.unit:
+        return SystemdPid(cfg.unit)
+    if cfg.pid:
+        return FixedPid(cfg.pid)
+    if cfg.pid_from_port:
+        return PortPid(cfg.server_port)
+    return None
+
+
+class Scraper:
+    """Owns every contact with llama-server. ``scrape_once()`` is called by one thread only."""
+
+    def __init__(self, cfg: ExporterConfig, log_acceptance: LogAcceptance | None = None,
+                 pid_source: PidSource | None = None, fetcher: BoundedFetcher | None = None) -> None:
+        self.cfg = cfg
+        self.fetcher = fetcher or BoundedFetcher(cfg.server_url, cfg.timeout, cfg.max_body_bytes, cfg.api_key)
+        self.pid_source = pid_source if pid_source is not None else make_pid_source(cfg)
+        self.log_acceptance = log_acceptance
+        self.nvidia_smi = find_nvidia_smi(cfg.nvidia_smi)
+        self.selfm = SelfMetrics()
+        self.window = CounterWindow(cfg.window)
+        self._snapshot = Snapshot()
+        self._snap_lock = threading.Lock()
+        self._identity: tuple[int, float] | None = None
+        self._restarts = 0
+        self._props = Props()
+        self._props_due = 0.0  # monotonic time; 0 = now
+        self._was_up = False
+        self._prev_counters: dict[str, float] = {}
+        self._launch = LaunchSettings()
+        self._build: tuple[str, str] = ("", "")
+        self._build_read_for: tuple[int, float] | str | None = "never"
+        self._gpu: tuple[GpuProcessMemory, ...] | None = None
+        self._gpu_due = 0.0
+
+    @property
+    def snapshot(self) -> Snapshot:
+        with self._snap_lock:
+            return self._snapshot
+
+    def close(self) -> None:
+        self.fetcher.close()
+
+    # ---- one endpoint at a time --------------------------------------------------------------
+    def _get(self, endpoint: str, path: str, accept_status: tuple[int, ...] = ()) -> Any:
+        t0 = time.perf_counter()
+        try:
+            resp = self.fetcher.get(path, accept_status)
+            return resp
+        finally:
+            self.selfm.observe(endpoint, time.perf_counter() - t0)
+
+    def _health(self) -> bool:
+        try:
+            resp = self._get("health", "/health", accept_status=(503,))
+            data = resp.json()
+            if not isinstance(data, dict):
+                raise FetchError("shape", f"/health: expected an object, got {type(data).__name__}")
+        except FetchError as exc:
+            self.selfm.error("health", exc.kind, str(exc))
+            return False
+        status = data.get("status")
+        if resp.status == 200 and status == "ok":
+            self.selfm.ok("health")
+            return True
+        self.selfm.condition("health", f"status:{str(status)[:20]}", f"/health says {str(data)[:120]}")
+        return False
+
+    def _metrics(self) -> ServerMetrics | None:
+        try:
+            text = self._get("metrics", "/metrics").text()
+        except FetchError as exc:
+            self.selfm.error("metrics", exc.kind, str(exc))
+            return None
+        parsed = parse_server_metrics(text)
+        if parsed.empty:
+            self.selfm.error("metrics", "shape", f"/metrics: no llama.cpp series in {text[:80]!r}")
+            return None
+        if parsed.bad_lines:
+            self.selfm.error("metrics", "parse", f"/metrics: {parsed.bad_lines} unparseable line(s)")
+        elif parsed.invalid_values:
+            self.selfm.error("metrics", "invalid_value",
+                             f"/metrics: {parsed.invalid_values} NaN/negative value(s)")
+        else:
+            self.selfm.ok("metrics")
+        return parsed
+
+    def _slots(self) -> SlotsSummary | None:
+        try:
+            summary = summarize_slots(self._get("slots", "/slots").json())
+        except FetchError as exc:
+            self.selfm.error("slots", exc.kind, str(exc))
+            return None
+        except ShapeError as exc:
+            self.selfm.error("slots", "shape", str(exc))
+            return None
+        if summary.malformed:
+            self.selfm.error("slots", "shape", f"/slots: {summary.malformed} malformed entr(y/ies)")
+        else:
+            self.selfm.ok("slots")
+        return summary
+
+    def _maybe_props(self, now: float) -> None:
+        if now < self._props_due:
+            return
+        try:
+            self._props = parse_props(self._get("props", "/props").json())
+            self.selfm.ok("props")
+            self._props_due = float("inf")  # until the next (re)start
+        except FetchError as exc:
+            self.selfm.error("props", exc.kind, str(exc))
+            self._props_due = now + self.cfg.props_retry
+        except ShapeError as exc:
+            self.selfm.error("props", "shape", str(exc))
+            self._props_due = now + self.cfg.props_retry
+
+    def _process(self) -> tuple[PidInfo | None, ProcessStats | None]:
+        if self.pid_source is None:
+            return None, None
+        t0 = time.perf_counter()
+        try:
+            info = self.pid_source.find()
+            if info.pid is None:
+                self.selfm.error("process", "not_found", f"{self.pid_source.describe()}: no llama-server PID")
+                return info, None
+            stats = read_process(info.pid)
+            self.selfm.ok("process")
+            return info, stats
+        except ProcessError as exc:
+            kind = exc.kind if exc.kind in ("gone", "access_denied", "systemctl") else "other"
+            self.selfm.error("process", kind, str(exc))
+            self.pid_source.forget()
+            return None, None
+        finally:
+            self.selfm.observe("process", time.perf_counter() - t0)
+
+    def _maybe_build_info(self, stats: ProcessStats | None) -> None:
+        identity = (stats.pid, stats.start_time) if stats else None
+        if self._build_read_for == identity:
+            return
+        self._build_read_for = identity
+        path = Path(self.cfg.build_info_path) if self.cfg.build_info_path else (
+            build_info_for(stats.cmdline) if stats else None)
+        if path is None:
+            return
+        try:
+            data = json.loads(path.read_text()[: 1 << 20])
+            backend = data.get("backend") if isinstance(data, dict) else None
+            commit = data.get("commit") if isinstance(data, dict) else None
+            self._build = (str(backend)[:40] if backend else "", str(commit)[:40] if commit else "")
+        except (OSError, ValueError, RecursionError) as exc:
+            if self.cfg.build_info_path:  # only an explicitly configured file is worth an error
+                self.selfm.error("build_info", "error", f"{path}: {exc}")
+
+    def _maybe_gpu(self, now: float) -> None:
+        if self.nvidia_smi is None or now < self._gpu_due:
+            return
+        self._gpu_due = now + self.cfg.gpu_interval
+        t0 = time.perf_counter()
+        try:
+            self._gpu = tuple(query_compute_apps(self.nvidia_smi, timeout=max(self.cfg.timeout, 5.0)))
+            self.selfm.ok("gpu")
+        except GpuError as exc:
+            self.selfm.error("gpu", "error", str(exc))
+            self._gpu = None
+        finally:
+            self.selfm.observe("gpu", time.perf_counter() - t0)
+
+    # ---- the pass ----------------------------------------------------------------------------
+    def scrape_once(self) -> Snapshot:
+        now = time.monotonic()
+        pid_info, stats = self._process()
+        restarted = False
+        if stats is not None:
+            identity = (stats.pid, stats.start_time)
+            if self._identity is not None and identity != self._identity:
+                restarted = True
+            self._identity = identity
+            self._launch = parse_launch(stats.cmdline) if stats.cmdline else self._launch
+        self._maybe_build_info(stats)
+
+        healthy = self._health()
+        metrics = self._metrics()
+        up = metrics is not None
+        slots = self._slots() if up or healthy else None
+
+        if metrics is not None and stats is None and self._prev_counters and any(
+            metrics.counters.get(k, 0.0) < self._prev_counters.get(k, 0.0)
+            for k in RESET_WITNESSES if k in self._prev_counters
+        ):
+            restarted = True  # no PID to watch: a counter going down is the restart signal
+        if restarted:
+            self._restarts += 1
+            self._props_due = 0.0
+            log.info("llama-server restarted (restarts observed: %d)", self._restarts)
+        if up and not self._was_up:
+            self._props_due = min(self._props_due, now)
+        self._was_up = up
+        if up:
+            self._maybe_props(now)
+            self._prev_counters = dict(metrics.counters) if metrics else {}
+        self._maybe_gpu(now)
+
+        log_counters = self.log_acceptance.snapshot() if self.log_acceptance else None
+        if metrics is not None and metrics.has_spec_counters:
+            spec_source = "metrics"
+        elif log_counters is not None:
+            spec_source = "log"
+        else:
+            spec_source = "none"
+        gpu = tuple(g for g in self._gpu if stats and g.pid == stats.pid) if self._gpu is not None else None
+        snap = Snapshot(
+            time=time.time(), up=up, healthy=healthy, metrics=metrics if up else None, slots=slots,
+            props=self._props, launch=self._launch, backend=self._build[0], install_commit=self._build[1],
+            pid_info=pid_info, process=stats, restarts=self._restarts, gpu=gpu, log=log_counters,
+            spec_source=spec_source,
+        )
+        snap = self._with_window(snap, restarted, now)
+        with self.selfm._lock:
+            self.selfm.cycles += 1
+        with self._snap_lock:
+            self._snapshot = snap
+        return snap
+
+    def _with_window(self, snap: Snapshot, restarted: bool, now: float) -> Snapshot:
+        values: dict[str, float] = {}
+        if snap.metrics is not None:
+            values.update(snap.metrics.counters)
+            values.update({f"pos{p}": v for p, v in snap.metrics.accepted_per_pos.items()})
+        # log counters are exporter-lifetime totals: a server restart does not reset them
+        spec = snap.spec_counters()
+        values.update(spec)
+        if values:
+            self.window.observe(now, values, reset=restarted and snap.spec_source != "log")
+        w = self.window
+        per_pos: dict[int, float] = {}
+        if snap.metrics is not None:
+            for p in snap.metrics.accepted_per_pos:
+                r = w.ratio(f"pos{p}", DRAFTS)
+                if r is not None:
+                    per_pos[p] = r
+        drafts_ratio = w.ratio(ACCEPTED, DRAFTS)
+        figures = WindowFigures(
+            acceptance_ratio=w.ratio(ACCEPTED, DRAFT_TOKENS),
+            mean_acceptance_length=None if drafts_ratio is None else 1.0 + drafts_ratio,
+            decode_tokens_per_second=w.ratio(PREDICTED, PREDICTED_SECONDS),
+            acceptance_by_position=per_pos,
+        )
+        return replace(snap, window=figures)
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """Scrape every ``interval`` seconds until ``stop`` is set. Never raises."""
+        next_at = time.monotonic()
+        while not stop.is_set():
+            try:
+                self.scrape_once()
+            except Exception:  # a bug must not stop the exporter from serving
+                log.exception("scrape pass failed")
+            next_at += self.cfg.interval
+            delay = next_at - time.monotonic()
+            if delay < 0:  # fell behind (slow server): skip missed ticks, keep one GET per interval
+                next_at = time.monotonic()
+                delay = 0
+            stop.wait(delay)
