@@ -1,0 +1,352 @@
+"""Will target + draft fit in memory? An estimate from the GGUF headers, checked against RAM or GPU memory.
+
+needed = weights(target) + weights(draft)                      tensor data sizes from the GGUF tensor tables
+       + KV(target) + KV(draft)
+       + compute(target) + compute(draft)
+       + output buffers + runtime overhead
+
+KV(model) = n_layer × n_cells × (n_head_kv × key_length × bytes(cache_type_k)
+                                 + n_head_kv × value_length × bytes(cache_type_v))
+
+``n_cells`` follows llama.cpp (src/llama-context.cpp at 0c1e57098): ``-c`` is the *total* context shared
+by the ``-np`` slots, padded to a multiple of 256; with a per-slot (non-unified) cache each slot gets
+``pad(n_ctx / n_parallel, 256)`` cells, so n_cells = that × n_parallel. ``-c 0`` means the model's training
+context. The draft context gets the same ``-c`` (common_base_params_to_speculative copies it) and its own
+cache types (``-ctkd/-ctvd``, default f16). ``bytes(type)`` comes from ggml's block sizes: f32 4, f16/bf16 2,
+q8_0 34/32, q5_1 24/32, q5_0 22/32, q4_1 20/32, q4_0 and iq4_nl 18/32. ``n_head_kv`` may be per layer.
+Sliding-window layers (Gemma 3) are counted at full size: an upper bound.
+
+compute(model), the ggml scheduler's reserve for one ubatch (default 512 tokens)::
+
+    4 B × n_ubatch × (3 × n_ff + 4 × n_embd)        activations (FFN gate/up/act, residual stream)
+  + 2 B × n_ubatch × n_cells                         the f16 KQ mask
+  + 4 B × n_ubatch × n_cells × n_head                scores, only without flash attention
+
+Calibrated on this commit's CPU build (flash attention auto = on): Qwen2.5-Coder 1.5B at -c 4096 reserves
+68.51 MiB (formula: 68.5), the 0.5B draft 39.51 MiB (formula: 39.5). Output buffers: n_vocab × 4 B per output
+row (target: n_parallel × (draft_n_max + 1) rows, draft: n_parallel). Runtime overhead: 128 MiB for the
+process itself (binary, libraries, thread pools, HTTP server). CPU_REPACK duplicates of weights live in the
+page cache, which the kernel can reclaim, and are not counted.
+
+It fits when needed + margin ≤ available, margin = max(10 % of needed, 512 MiB) by default.
+Available: host RAM ``psutil.virtual_memory().available`` (or total with ``--memory-basis total``), or GPU
+memory (total − used, summed over GPUs) from nvidia-smi / rocm-smi for GPU backends, or a given number.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from specops.ggufmeta import GGUFInfo, read
+
+MIB = 1024 * 1024
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+GPU_BACKENDS = ("cuda", "rocm", "hip")
+OVERHEAD = 128 * MIB
+DEFAULT_MARGIN = "10%,512MiB"
+
+
+class FitError(ValueError):
+    """Bad input or memory that cannot be measured; the message says what to do."""
+
+
+def cache_type_bytes(name: str) -> float:
+    if name.lower() not in CACHE_TYPES:
+        raise FitError(f"unknown cache type {name!r}; llama.cpp accepts {', '.join(CACHE_TYPES)}")
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[name.upper()]]
+    return size / block
+
+
+def pad(n: int, to: int = 256) -> int:
+    return (n + to - 1) // to * to
+
+
+def kv_cells(n_ctx: int, n_parallel: int, kv_unified: bool) -> int:
+    cells = pad(n_ctx)
+    if kv_unified or n_parallel <= 1:
+        return cells
+    return pad(cells // n_parallel) * n_parallel
+
+
+@dataclass
+class ModelShape:
+    path: str
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: list[int]  # per layer
+    key_length: int
+    value_length: int
+    n_vocab: int
+    context_length: int
+    weights: int
+    sliding_window: int | None
+
+    @classmethod
+    def of(cls, info: GGUFInfo) -> ModelShape:
+        n_layer = info.arch_get("block_count")
+        n_embd = info.arch_get("embedding_length")
+        n_head = info.arch_get("attention.head_count")
+        if n_head is None:
+            raw_heads = info.array(f"{info.arch}.attention.head_count")
+            n_head = max(raw_heads) if raw_heads else None
+        if not (n_layer and n_embd and n_head):
+            raise FitError(f"{info.path}: {info.arch}.block_count/embedding_length/attention.head_count "
+                           "missing: not a decoder LLM that this estimate understands")
+        kv = info.arch_get("attention.head_count_kv")  # a scalar, or a per-layer array
+        raw_kv = info.array(f"{info.arch}.attention.head_count_kv") if kv is None else None
+        kv_list = [int(x) for x in raw_kv] if raw_kv else [int(n_head if kv is None else kv)] * int(n_layer)
+        head_dim = int(n_embd) // int(n_head)
+        n_ff = info.arch_get("feed_forward_length")
+        if n_ff is None:
+            raw_ff = info.array(f"{info.arch}.feed_forward_length")
+            n_ff = max(raw_ff) if raw_ff else 4 * n_embd
+        n_vocab = info.array_lengths.get("tokenizer.ggml.tokens") or int(info.arch_get("vocab_size", 0) or 0)
+        return cls(
+            path=str(info.path), n_layer=int(n_layer), n_embd=int(n_embd), n_ff=int(n_ff), n_head=int(n_head),
+            n_head_kv=kv_list, key_length=int(info.arch_get("attention.key_length", head_dim)),
+            value_length=int(info.arch_get("attention.value_length", head_dim)), n_vocab=int(n_vocab),
+            context_length=int(info.arch_get("context_length", 0) or 0), weights=info.tensor_bytes,
+            sliding_window=info.arch_get("attention.sliding_window"),
+        )
+
+    def kv_bytes(self, cells: int, type_k: str, type_v: str) -> int:
+        bk, bv = cache_type_bytes(type_k), cache_type_bytes(type_v)
+        per_cell = sum(h * self.key_length * bk + h * self.value_length * bv for h in self.n_head_kv)
+        return int(cells * per_cell)
+
+    def compute_bytes(self, cells: int, n_ubatch: int, flash_attn: bool) -> int:
+        act = 4 * n_ubatch * (3 * self.n_ff + 4 * self.n_embd)
+        mask = 2 * n_ubatch * cells
+        scores = 0 if flash_attn else 4 * n_ubatch * cells * self.n_head
+        return act + mask + scores
+
+
+@dataclass
+class FitParams:
+    ctx_size: int = 4096
+    parallel: int = 1
+    kv_unified: bool = False
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    draft_cache_type_k: str = "f16"
+    draft_cache_type_v: str = "f16"
+    ubatch: int = 512
+    flash_attn: bool = True
+    draft_n_max: int = 3
+    margin: str = DEFAULT_MARGIN
+
+
+@dataclass
+class Item:
+    component: str
+    bytes: int
+    detail: str
+
+
+@dataclass
+class Memory:
+    kind: str  # "host RAM" or "GPU"
+    available: int
+    total: int
+    source: str
+    devices: list[dict[str, int]] = field(default_factory=list)
+
+
+@dataclass
+class FitReport:
+    items: list[Item]
+    needed: int
+    margin: int
+    memory: Memory
+    params: FitParams
+    notes: list[str]
+
+    @property
+    def fits(self) -> bool:
+        return self.needed + self.margin <= self.memory.available
+
+    def as_dict(self) -> dict[str, Any]:
+        mib = lambda b: round(b / MIB, 2)  # noqa: E731
+        return {
+            "fits": self.fits, "needed_mib": mib(self.needed), "margin_mib": mib(self.margin),
+            "available_mib": mib(self.memory.available), "total_mib": mib(self.memory.total),
+            "memory": {"kind": self.memory.kind, "source": self.memory.source,
+                       "devices": self.memory.devices},
+            "shortfall_mib": mib(max(0, self.needed + self.margin - self.memory.available)),
+            "breakdown": [
+                {"component": i.component, "mib": mib(i.bytes), "bytes": i.bytes, "detail": i.detail}
+                for i in self.items
+            ],
+            "params": asdict(self.params), "notes": self.notes,
+        }
+
+
+def parse_margin(text: str, needed: int) -> int:
+    """``10%``, ``512MiB``, ``1GiB``, ``200MB`` or several, comma-separated: the largest wins."""
+    best = 0
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(%|[KMG]i?B|B)?", part, re.IGNORECASE)
+        if not m:
+            raise FitError(f"bad margin {part!r}: use e.g. 10%, 512MiB, 1GiB or '10%,512MiB'")
+        value, unit = float(m.group(1)), (m.group(2) or "MiB").lower()
+        if unit == "%":
+            best = max(best, int(needed * value / 100))
+        else:
+            scale = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+                     "kib": 1024, "mib": MIB, "gib": 1024 * MIB}[unit]
+            best = max(best, int(value * scale))
+    return best
+
+
+def parse_nvidia_smi(text: str) -> list[dict[str, int]]:
+    """Parse ``nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader,nounits``."""
+    gpus: list[dict[str, int]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.lower().startswith("memory."):
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        nums = [re.sub(r"\s*mib$", "", c, flags=re.IGNORECASE) for c in cells[:2]]
+        if len(nums) < 2 or not all(n.isdigit() for n in nums):
+            raise FitError(f"cannot read nvidia-smi output line {line!r} (expected 'total, used' in MiB); "
+                           "the driver may not report memory: pass --memory-mib")
+        total, used = int(nums[0]), int(nums[1])
+        gpus.append({"index": len(gpus), "total_mib": total, "used_mib": used,
+                     "free_mib": max(0, total - used)})
+    if not gpus:
+        raise FitError("nvidia-smi listed no GPU; check the driver (nvidia-smi -L) or pass --memory-mib")
+    return gpus
+
+
+def parse_rocm_smi(text: str) -> list[dict[str, int]]:
+    """Parse ``rocm-smi --showmeminfo vram --json``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        raise FitError("cannot parse rocm-smi JSON output; pass --memory-mib") from None
+    gpus = []
+    for _card, values in sorted(data.items()):
+        if not isinstance(values, dict):
+            continue
+        total = next((int(v) for k, v in values.items() if "total memory" in k.lower()), None)
+        used = next((int(v) for k, v in values.items() if "used memory" in k.lower()), None)
+        if total is None or used is None:
+            continue
+        gpus.append({"index": len(gpus), "total_mib": total // MIB, "used_mib": used // MIB,
+                     "free_mib": max(0, total - used) // MIB})
+    if not gpus:
+        raise FitError("rocm-smi reported no VRAM figures; pass --memory-mib")
+    return gpus
+
+
+def _run(cmd: list[str]) -> str:
+    if not shutil.which(cmd[0]):
+        raise FitError(f"{cmd[0]} not found: the backend needs it to measure GPU memory; install the driver "
+                       "tools or pass --memory-mib")
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    if run.returncode != 0:
+        raise FitError(f"{' '.join(cmd)} failed ({run.returncode}): {run.stderr.strip()[-300:]}; "
+                       "pass --memory-mib to skip the query")
+    return run.stdout
+
+
+def gpu_memory(gpus: list[dict[str, int]], source: str) -> Memory:
+    return Memory("GPU", sum(g["free_mib"] for g in gpus) * MIB, sum(g["total_mib"] for g in gpus) * MIB,
+                  source, gpus)
+
+
+def measure_memory(backend: str, basis: str = "available", *, memory_mib: float | None = None,
+                   nvidia_smi_output: str | None = None) -> Memory:
+    backend = backend.lower()
+    kind = "GPU" if backend in GPU_BACKENDS else "host RAM"
+    if memory_mib is not None:
+        return Memory(kind, int(memory_mib * MIB), int(memory_mib * MIB), "given (--memory-mib)")
+    if nvidia_smi_output is not None:
+        return gpu_memory(parse_nvidia_smi(nvidia_smi_output), "nvidia-smi output given")
+    if backend == "cuda":
+        q = ["nvidia-smi", "--query-gpu=memory.total,memory.used", "--format=csv,noheader,nounits"]
+        return gpu_memory(parse_nvidia_smi(_run(q)), "nvidia-smi")
+    if backend in ("rocm", "hip"):
+        return gpu_memory(parse_rocm_smi(_run(["rocm-smi", "--showmeminfo", "vram", "--json"])), "rocm-smi")
+    vm = psutil.virtual_memory()
+    avail = vm.total if basis == "total" else vm.available
+    return Memory("host RAM", int(avail), int(vm.total), f"psutil ({basis})")
+
+
+def estimate(target: str | Path, draft: str | Path | None, params: FitParams, memory: Memory) -> FitReport:
+    for t in (params.cache_type_k, params.cache_type_v, params.draft_cache_type_k, params.draft_cache_type_v):
+        cache_type_bytes(t)
+    if params.parallel < 1 or params.ctx_size < 0 or params.ubatch < 1:
+        raise FitError("--parallel and --ubatch must be ≥ 1, --ctx-size ≥ 0")
+    tshape = ModelShape.of(read(target))
+    dshape = ModelShape.of(read(draft)) if draft else None
+    n_ctx = params.ctx_size or tshape.context_length
+    if not n_ctx:
+        raise FitError("--ctx-size 0 asks for the model's training context, but the GGUF does not say it")
+    cells = kv_cells(n_ctx, params.parallel, params.kv_unified)
+    items: list[Item] = []
+    notes: list[str] = []
+    target_rows = params.parallel * (params.draft_n_max + 1) if dshape else params.parallel
+    roles: list[tuple[str, ModelShape, str, str, int]] = [
+        ("target", tshape, params.cache_type_k, params.cache_type_v, target_rows)]
+    if dshape is not None:
+        roles.append(("draft", dshape, params.draft_cache_type_k, params.draft_cache_type_v, params.parallel))
+    for role, s, _tk, _tv, _outputs in roles:
+        items.append(Item(f"{role} weights", s.weights, Path(s.path).name))
+    for role, s, tk, tv, _outputs in roles:
+        heads = s.n_head_kv[0] if len(set(s.n_head_kv)) == 1 else f"{min(s.n_head_kv)}..{max(s.n_head_kv)}"
+        items.append(Item(f"{role} KV cache", s.kv_bytes(cells, tk, tv),
+                          f"{s.n_layer} layers × {cells} cells × {heads} kv heads × "
+                          f"({s.key_length}×{tk} + {s.value_length}×{tv})"))
+        if s.sliding_window:
+            notes.append(f"{role} has sliding-window layers (window {s.sliding_window}); its KV is "
+                         "counted at full size, an upper bound")
+    for role, s, _tk, _tv, _outputs in roles:
+        items.append(Item(f"{role} compute", s.compute_bytes(cells, params.ubatch, params.flash_attn),
+                          f"ubatch {params.ubatch}, flash attention {'on' if params.flash_attn else 'off'} "
+                          "(estimate)"))
+    out = sum(s.n_vocab * 4 * outputs for _r, s, _k, _v, outputs in roles)
+    items.append(Item("output buffers", out, "logits rows × n_vocab × 4 B"))
+    items.append(Item("runtime overhead", OVERHEAD, "process, libraries, threads, HTTP (fixed)"))
+    if n_ctx > tshape.context_length > 0:
+        notes.append(f"--ctx-size {n_ctx} exceeds the target's training context {tshape.context_length}")
+    needed = sum(i.bytes for i in items)
+    return FitReport(items, needed, parse_margin(params.margin, needed), memory, params, notes)
+
+
+def render(report: FitReport) -> str:
+    p = report.params
+    lines = [f"memory estimate: -c {p.ctx_size} -np {p.parallel}"
+             f"{' --kv-unified' if p.kv_unified else ''}, cache K/V {p.cache_type_k}/{p.cache_type_v}, "
+             f"draft cache K/V {p.draft_cache_type_k}/{p.draft_cache_type_v}", ""]
+    lines.append(f"  {'component':18} {'MiB':>10}  detail")
+    for i in report.items:
+        lines.append(f"  {i.component:18} {i.bytes / MIB:>10,.1f}  {i.detail}")
+    m = report.memory
+    lines += [
+        f"  {'-' * 18} {'-' * 10}",
+        f"  {'needed':18} {report.needed / MIB:>10,.1f}",
+        f"  {'margin':18} {report.margin / MIB:>10,.1f}  {p.margin}",
+        f"  {'available':18} {m.available / MIB:>10,.1f}  {m.kind} of {m.total / MIB:,.0f} MiB, {m.source}",
+    ]
+    lines += [f"note: {n}" for n in report.notes]
+    if report.fits:
+        spare = m.available - report.needed - report.margin
+        lines.append(f"result: fits, {spare / MIB:,.0f} MiB to spare beyond the margin")
+    else:
+        short = report.needed + report.margin - m.available
+        lines.append(f"result: DOES NOT FIT: short by {short / MIB:,.0f} MiB (needed + margin > available). "
+                     "Lower --ctx-size or --parallel, quantize the KV cache (q8_0), pick smaller models, "
+                     "or use a host with more memory")
+    return "\n".join(lines)
