@@ -32,8 +32,8 @@ def specops_argv(profile: dict, capabilities: dict, binary: str = "llama-server"
         raise AnsibleFilterError(f"llama-server arguments: {exc}") from exc
 
 
-def specops_systemd_exec(argv: list[str]) -> str:
-    return systemd_line(list(argv))
+def specops_systemd_exec(argv: list[str] | str, multiline: bool = False) -> str:
+    return systemd_line([argv] if isinstance(argv, str) else list(argv), multiline=multiline)
 
 
 def specops_cmake_options(backend: str, commit: str, cpu_flags: str | list[str] = "", cpu_isa="auto",

@@ -171,12 +171,21 @@ def shell_line(argv: list[str]) -> str:
     return shlex.join(argv)
 
 
-def systemd_line(argv: list[str]) -> str:
-    """Quote argv for a systemd ``ExecStart=`` (double quotes, ``%`` and ``$`` escaped)."""
-    out = []
+def systemd_quote(arg: str) -> str:
+    """Quote one word for a systemd command line (double quotes, ``%`` and ``$`` escaped)."""
+    escaped = arg.replace("%", "%%").replace("$", "$$")
+    if not escaped or any(c in escaped for c in " \t\"'\\;"):
+        escaped = '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return escaped
+
+
+def systemd_line(argv: list[str], multiline: bool = False) -> str:
+    """Quote argv for ``ExecStart=``; ``multiline`` puts each flag on its own continued line."""
+    if not multiline:
+        return " ".join(systemd_quote(a) for a in argv)
+    lines: list[list[str]] = [[]]
     for arg in argv:
-        escaped = arg.replace("%", "%%").replace("$", "$$")
-        if not escaped or any(c in escaped for c in " \t\"'\\;"):
-            escaped = '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        out.append(escaped)
-    return " ".join(out)
+        if arg.startswith("-") and lines[-1] and not _is_number(arg):
+            lines.append([])
+        lines[-1].append(systemd_quote(arg))
+    return " \\\n    ".join(" ".join(words) for words in lines)

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Generate ``dashboards/specops-llama-server.json`` (Grafana) from the panel list below.
+
+Run ``python3 configs/grafana/build_dashboard.py`` after editing; a unit test checks the committed JSON is
+current and an integration test runs every panel's PromQL against a real Prometheus. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "dashboards" / "specops-llama-server.json"
+UID = "specops-llama-server"
+SEL = 'instance=~"$instance"'
+DS = {"type": "prometheus", "uid": "${datasource}"}
+
+
+@dataclass
+class Panel:
+    title: str
+    targets: list[tuple[str, str]]  # (expr, legend)
+    kind: str = "timeseries"
+    unit: str = "short"
+    width: int = 8
+    height: int = 8
+    description: str = ""
+    instant: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+ROWS: list[tuple[str, list[Panel]]] = [
+    ("At a glance", [
+        Panel("llama-server up", [(f"llamacpp_up{{{SEL}}}", "{{instance}}")], "stat", width=4, height=4,
+              description="1 when the exporter could read llama-server's /metrics on its last pass."),
+        Panel("Healthy", [(f"llamacpp_healthy{{{SEL}}}", "{{instance}}")], "stat", width=4, height=4,
+              description="/health said ok."),
+        Panel("Restarts in range",
+              [(f"increase(llamacpp_systemd_restarts_total{{{SEL}}}[$__range]) "
+                f"or increase(llamacpp_server_restarts_total{{{SEL}}}[$__range])", "{{instance}}")],
+              "stat", width=4, height=4,
+              description="systemd NRestarts when the exporter knows the unit, else PID changes it saw."),
+        Panel("Draft acceptance (5m)", [(f"instance:llamacpp_spec_acceptance_ratio:rate5m{{{SEL}}}",
+                                         "{{instance}}")], "stat", unit="percentunit", width=4, height=4),
+        Panel("Mean acceptance length (5m)",
+              [(f"instance:llamacpp_spec_mean_acceptance_length:rate5m{{{SEL}}}", "{{instance}}")],
+              "stat", width=4, height=4, description="Tokens emitted per verification step (1 + accepted/drafts)."),
+        Panel("Decode tokens/s (5m)",
+              [(f"instance:llamacpp_decode_tokens_per_second:rate5m{{{SEL}}}", "{{instance}}")],
+              "stat", width=4, height=4),
+    ]),
+    ("Speculation", [
+        Panel("Draft acceptance vs break-even",
+              [(f"instance:llamacpp_spec_acceptance_ratio:rate5m{{{SEL}}}", "{{instance}}"),
+               ("specops:spec_acceptance_break_even:ratio", "break-even")],
+              unit="percentunit", description="Accepted / drafted tokens over 5m. Below break-even, "
+              "speculation costs more than it saves."),
+        Panel("Mean acceptance length",
+              [(f"instance:llamacpp_spec_mean_acceptance_length:rate5m{{{SEL}}}", "{{instance}}")]),
+        Panel("Acceptance by draft position",
+              [(f"instance_position:llamacpp_spec_acceptance_by_position:rate5m{{{SEL}}}",
+                "{{instance}} pos {{position}}")], unit="percentunit",
+              description="Share of verification steps that accepted draft position N."),
+        Panel("Draft tokens, accepted tokens and verification steps /s",
+              [(f"rate(llamacpp_spec_draft_tokens_total{{{SEL}}}[$__rate_interval])", "{{instance}} drafted"),
+               (f"rate(llamacpp_spec_accepted_tokens_total{{{SEL}}}[$__rate_interval])", "{{instance}} accepted"),
+               (f"rate(llamacpp_spec_drafts_total{{{SEL}}}[$__rate_interval])", "{{instance}} steps")],
+              width=12),
+        Panel("Speculation configured / active slots",
+              [(f"llamacpp_speculation_expected{{{SEL}}}", "{{instance}} expected"),
+               (f"llamacpp_slots_speculative{{{SEL}}}", "{{instance}} speculative slots")], width=12),
+    ]),
+    ("Throughput and requests", [
+        Panel("Decode speed (tokens per second of generation)",
+              [(f"instance:llamacpp_decode_tokens_per_second:rate5m{{{SEL}}}", "{{instance}}")]),
+        Panel("Throughput (tokens per wall-clock second)",
+              [(f"instance:llamacpp_tokens_predicted:rate5m{{{SEL}}}", "{{instance}} generated"),
+               (f"instance:llamacpp_prompt_tokens:rate5m{{{SEL}}}", "{{instance}} prompt")]),
+        Panel("Requests",
+              [(f"llamacpp_requests_processing{{{SEL}}}", "{{instance}} processing"),
+               (f"llamacpp_requests_deferred{{{SEL}}}", "{{instance}} deferred")]),
+        Panel("Slots",
+              [(f"llamacpp_slots{{{SEL}}}", "{{instance}} total"),
+               (f"llamacpp_slots_busy{{{SEL}}}", "{{instance}} busy")], width=12),
+        Panel("Prompt cache reuse /s",
+              [(f"rate(llamacpp_prompt_tokens_cached_total{{{SEL}}}[$__rate_interval])", "{{instance}}")],
+              width=12),
+    ]),
+    ("Process", [
+        Panel("Resident memory", [(f"llamacpp_process_resident_memory_bytes{{{SEL}}}", "{{instance}} RSS")],
+              unit="bytes"),
+        Panel("GPU memory (nvidia-smi)",
+              [(f"llamacpp_process_gpu_memory_bytes{{{SEL}}}", "{{instance}} {{gpu_uuid}}")], unit="bytes",
+              description="Only on hosts with nvidia-smi."),
+        Panel("CPU", [(f"rate(llamacpp_process_cpu_seconds_total{{{SEL}}}[$__rate_interval])",
+                       "{{instance}} cores")]),
+        Panel("Threads and open files",
+              [(f"llamacpp_process_threads{{{SEL}}}", "{{instance}} threads"),
+               (f"llamacpp_process_open_fds{{{SEL}}}", "{{instance}} open fds")]),
+        Panel("Restarts",
+              [(f"llamacpp_systemd_restarts_total{{{SEL}}} or llamacpp_server_restarts_total{{{SEL}}}",
+                "{{instance}}")]),
+        Panel("Uptime", [(f"time() - llamacpp_process_start_time_seconds{{{SEL}}}", "{{instance}}")], unit="s"),
+    ]),
+    ("Exporter", [
+        Panel("Exporter up", [(f'up{{job="specops-exporter",{SEL}}}', "{{instance}}")], width=6),
+        Panel("Scrape errors /s by endpoint and kind",
+              [(f"sum by (instance, endpoint, kind) "
+                f"(rate(specops_exporter_scrape_errors_total{{{SEL}}}[$__rate_interval]))",
+                "{{instance}} {{endpoint}} {{kind}}")], width=9),
+        Panel("Scrape duration p99 by endpoint",
+              [(f"histogram_quantile(0.99, sum by (instance, endpoint, le) "
+                f"(rate(specops_exporter_scrape_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
+                "{{instance}} {{endpoint}}")], unit="s", width=9),
+        Panel("Build, models and speculation settings", [(f"llamacpp_server_info{{{SEL}}}", "")], "table",
+              width=24, height=6, instant=True),
+    ]),
+]
+
+
+def _panel(p: Panel, pid: int, x: int, y: int) -> dict:
+    targets = []
+    for i, (expr, legend) in enumerate(p.targets):
+        t = {"datasource": DS, "expr": expr, "legendFormat": legend, "refId": chr(ord("A") + i)}
+        if p.instant:
+            t.update({"instant": True, "range": False, "format": "table"})
+        targets.append(t)
+    panel: dict = {
+        "id": pid, "type": p.kind, "title": p.title, "datasource": DS, "targets": targets,
+        "gridPos": {"x": x, "y": y, "w": p.width, "h": p.height},
+        "fieldConfig": {"defaults": {"unit": p.unit}, "overrides": []},
+        "options": {},
+    }
+    if p.description:
+        panel["description"] = p.description
+    if p.kind == "stat":
+        panel["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                            "colorMode": "value", "graphMode": "area"}
+    if p.kind == "table":
+        panel["transformations"] = [{"id": "organize", "options": {
+            "excludeByName": {"Time": True, "Value": True, "__name__": True}}}]
+    panel.update(p.extra)
+    return panel
+
+
+def build() -> dict:
+    panels: list[dict] = []
+    pid, y = 1, 0
+    for row_title, row_panels in ROWS:
+        panels.append({"id": pid, "type": "row", "title": row_title, "collapsed": False,
+                       "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}, "panels": []})
+        pid, y = pid + 1, y + 1
+        x, row_h = 0, 0
+        for p in row_panels:
+            if x + p.width > 24:
+                x, y, row_h = 0, y + row_h, 0
+            panels.append(_panel(p, pid, x, y))
+            pid, x, row_h = pid + 1, x + p.width, max(row_h, p.height)
+        y += row_h
+    return {
+        "uid": UID,
+        "title": "specops: llama-server speculation",
+        "description": "Is speculation paying for itself, did the server stay healthy? Data from specops-exporter.",
+        "tags": ["specops", "llama.cpp"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": False,
+        "refresh": "30s",
+        "time": {"from": "now-12h", "to": "now"},
+        "annotations": {"list": []},
+        "templating": {"list": [
+            {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
+             "current": {}, "hide": 0},
+            {"name": "instance", "label": "Exporter", "type": "query", "datasource": DS,
+             "query": {"query": "label_values(llamacpp_up, instance)", "refId": "instance"},
+             "definition": "label_values(llamacpp_up, instance)", "refresh": 2, "multi": True,
+             "includeAll": True, "allValue": ".+", "current": {"text": "All", "value": "$__all"}, "hide": 0},
+        ]},
+        "panels": panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(render())
+    sys.stdout.write(f"wrote {OUT}\n")

@@ -1,0 +1,89 @@
+"""The systemd units as rendered by roles/llama_server, for every backend, checked by systemd itself."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specops.capabilities import parse_help
+from tests import lab
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "llama-server-0c1e57098"
+CONFIGS = lab.REPO / "configs"
+
+pytestmark = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+
+
+@pytest.fixture(scope="module")
+def caps_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("caps") / "capabilities.json"
+    path.write_text(parse_help((FIX / "llama-server_help.txt").read_text()).to_json())
+    return path
+
+
+def render(caps_file: Path, out: Path, *extra: str) -> None:
+    run = lab.ansible_playbook("playbooks/render-configs.yml", "-e", f"capabilities_file={caps_file}",
+                               "-e", f"llama_server_render_dir={out}", *extra)
+    assert run.rc == 0, run.output[-3000:]
+
+
+def exposure(unit: Path) -> float:
+    out = subprocess.run(["systemd-analyze", "security", "--offline=yes", str(unit)], capture_output=True,
+                         text=True, cwd=unit.parent, check=False).stdout
+    match = re.search(r"Overall exposure level for \S+: ([\d.]+)", out)
+    assert match, out[-500:]
+    return float(match.group(1))
+
+
+def test_committed_units_match_the_template(caps_file, tmp_path):
+    render(caps_file, tmp_path)
+    for name in ("llama-server-speculative.service", "llama-server-baseline.service"):
+        assert (tmp_path / name).read_text() == (CONFIGS / name).read_text(), (
+            f"configs/{name} is stale: run `ansible-playbook playbooks/render-configs.yml "
+            "-e capabilities_file=...` and commit the result")
+
+
+def test_speculative_unit_is_complete(caps_file, tmp_path):
+    render(caps_file, tmp_path)
+    text = (tmp_path / "llama-server-speculative.service").read_text()
+    assert "--spec-draft-model" in text and "--spec-type draft-simple" in text
+    assert "--metrics" in text and "--host 127.0.0.1" in text and "--port 8080" in text
+    assert "--draft-max" not in text
+    base = (tmp_path / "llama-server-baseline.service").read_text()
+    assert "--spec-type none" in base and "--spec-draft-model" not in base and "--port 8081" in base
+
+
+@pytest.mark.parametrize("backend,devices,groups,limit", [
+    ("cpu", [], None, 1.2),
+    ("cuda", ["/dev/nvidiactl rw", "/dev/nvidia-uvm rw", "char-nvidia-frontend rw"], "video", 1.6),
+    ("vulkan", ["char-drm rw"], "render video", 1.6),
+    ("hip", ["/dev/kfd rw", "char-drm rw"], "render video", 1.6),
+])
+def test_backend_units_are_hardened(caps_file, tmp_path, backend, devices, groups, limit):
+    fake_root = tmp_path / "opt"
+    binary = fake_root / "current" / "bin" / "llama-server"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    render(caps_file, tmp_path, "-e", f"llama_server_backend={backend}", "-e", f"llama_server_install_root={fake_root}")
+    unit = tmp_path / "llama-server-speculative.service"
+    text = unit.read_text()
+    assert set(devices) <= set(re.findall(r"^DeviceAllow=(.*)$", text, re.M))
+    if backend == "cpu":
+        assert "DeviceAllow" not in text and "PrivateDevices=yes" in text and "MemoryDenyWriteExecute=yes" in text
+    assert (f"SupplementaryGroups={groups}" in text) if groups else ("SupplementaryGroups" not in text)
+    verify = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stderr
+    assert exposure(unit) <= limit
+
+
+def test_removed_flag_fails_rendering(caps_file, tmp_path):
+    run = lab.ansible_playbook("playbooks/render-configs.yml", "-e", f"capabilities_file={caps_file}",
+                               "-e", f"llama_server_render_dir={tmp_path}",
+                               "-e", '{"llama_server_extra_args": ["--draft-max", "8"]}')
+    assert run.rc != 0 and "--draft-max has been removed" in run.output
+    assert not list(tmp_path.glob("*.service"))
