@@ -49,6 +49,7 @@ PROGRESS_MIN = 16 * 1024 * 1024  # files smaller than this download silently
 SOURCE_TYPES = ("pypi", "hf", "url", "file")
 HF_ENDPOINT = "https://huggingface.co"
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+SPEC_KEYS = {"name", "file", "sha256", "size", "source", "catalog", "description"}
 
 
 class FetchError(RuntimeError):
@@ -103,6 +104,10 @@ def spec_from_mapping(data: dict[str, Any], *, base_dir: Path | None = None) -> 
     if not isinstance(data, dict):
         raise SpecError(f"a model spec must be a mapping, got {type(data).__name__}")
     data = {k: v for k, v in data.items() if v is not None}
+    unknown = sorted(set(data) - SPEC_KEYS)
+    if unknown:
+        raise SpecError(f"unknown key(s) in model spec: {', '.join(unknown)}; "
+                        f"allowed: {', '.join(sorted(SPEC_KEYS))}")
     if "catalog" in data:
         cat = catalog()
         ref = str(data["catalog"])

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"specops check-pair: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report.as_dict(), ensure_ascii=False))
+        print(json.dumps({**report.as_dict(), "message": render(report)}, ensure_ascii=False))
     else:
         print(render(report))
     return 0 if report.compatible else 1

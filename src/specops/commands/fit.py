@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"specops fit: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report.as_dict()))
+        print(json.dumps({**report.as_dict(), "message": render(report)}, ensure_ascii=False))
     else:
         print(render(report))
     return 0 if report.fits else 1
