@@ -397,7 +397,8 @@ def _fetch_http(spec: ModelSpec, part: Path, *, token: str | None, progress: boo
         return  # complete from an earlier run; the caller verifies it
     if spec.size is not None:
         _ensure_space(part.parent, spec.size - have, margin, spec.name)
-    headers = {"User-Agent": "specops-fetch"}
+    # identity encoding: byte offsets in the .part file must be offsets in the file, for Range to work
+    headers = {"User-Agent": "specops-fetch", "Accept-Encoding": "identity"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     if have:
@@ -428,7 +429,7 @@ def _fetch_http(spec: ModelSpec, part: Path, *, token: str | None, progress: boo
             with part.open("r+b" if start else "wb") as out:
                 out.seek(start)
                 out.truncate()
-                for block in r.iter_bytes(CHUNK):
+                for block in r.iter_bytes():  # as received: an interrupted transfer keeps what came
                     out.write(block)
                     prog.update(len(block))
             prog.finish()
