@@ -779,9 +779,10 @@ class LabHost:
             if self.nspawn_pid() is None:
                 self._kill_strays()
             self._stop(timeout=15)
-            t0 = time.monotonic()
-            self._remove_dir()
-            log(f"timing: removed {self.dir} in {time.monotonic() - t0:.1f} s")
+            if self.dir.exists():
+                t0 = time.monotonic()
+                self._remove_dir()
+                log(f"timing: removed {self.dir} in {time.monotonic() - t0:.1f} s")
         with contextlib.suppress(FileNotFoundError):
             self.lockfile.unlink()
         log(f"{self.name}: destroyed")

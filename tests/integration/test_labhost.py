@@ -163,6 +163,9 @@ def test_kill_9_is_restarted(labhost) -> None:
 def test_no_route_beyond_its_link(labhost) -> None:
     routes = labhost.run(["ip", "-4", "route"]).stdout
     assert "default" not in routes, routes
+    # A route lookup sends nothing: anything beyond the /30 is simply unreachable.
+    lookup = labhost.run(["ip", "route", "get", "192.0.2.1"], check=False)
+    assert lookup.returncode != 0 and "unreachable" in lookup.stderr.lower(), lookup.stdout + lookup.stderr
     state = labhost.host.state()
     assert re.search(rf"^{re.escape(state.subnet)} dev host0", routes, re.M), routes
     assert labhost.run(["ip", "-4", "-o", "addr", "show", "host0"]).stdout.count("inet ") == 1
