@@ -13,6 +13,8 @@ from specops.profile import ServerProfile
 from specops.server import ServerProcess
 from tests import lab
 
+pytest_plugins = ["tests.labhost_fixture"]
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:

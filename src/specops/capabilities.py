@@ -21,7 +21,8 @@ _OPTION_LINE = re.compile(r"^-")
 _NAMES_END = re.compile(r"\s{2,}(?=[^\s-])")
 _FLAG = re.compile(r"(?:^|[\s,])(--?[A-Za-z][\w.-]*)")
 _DEFAULT_PORT = re.compile(r"port to listen \(default:\s*(\d+)\)")
-_VERSION = re.compile(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+)\)")
+# "version: 0.5.0-dev (build 0, commit 0c1e57098)" (2026) or "version: 4567 (0c1e570)" (older)
+_VERSION = re.compile(r"version:\s*(\S+)\s*\((?:build\s+\S+,\s*commit\s+)?([0-9a-fA-F]{6,40})\)")
 _BUILT_WITH = re.compile(r"built with (.+)")
 
 

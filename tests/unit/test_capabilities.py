@@ -53,6 +53,12 @@ def test_legacy_build_uses_draft_max():
     assert not caps.removed_flags
 
 
+def test_version_2026_form():
+    caps = parse_version("version: 0.5.0-dev (build 0, commit 0c1e57098)\nbuilt with GNU 12.2.0 for Linux x86_64",
+                         parse_help(CURRENT))
+    assert caps.version == "0.5.0-dev" and caps.commit == "0c1e57098"
+
+
 def test_version_and_json_round_trip():
     caps = parse_version("version: 1 (0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64\n", parse_help(CURRENT))
     assert caps.commit == "0c1e570" and caps.version == "1"
