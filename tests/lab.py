@@ -28,6 +28,11 @@ class PlaybookRun:
     rc: int
     output: str
 
+    @property
+    def text(self) -> str:
+        """The output with whitespace folded (the YAML callback wraps long messages)."""
+        return " ".join(self.output.split())
+
     def recap(self, host: str = "localhost") -> dict[str, int]:
         match = re.search(rf"^{re.escape(host)}\s*:\s*(.*)$", self.output, re.M)
         if not match:

@@ -98,7 +98,7 @@ def _fresh_root(tmp_path: Path) -> list[str]:
 def test_unknown_backend_fails_early(tmp_path):
     run = lab.ansible_playbook("playbooks/build.yml", *_fresh_root(tmp_path), "-e", "llama_cpp_backend=rocm")
     assert run.rc != 0
-    assert "llama_cpp_backend" in run.output and "cpu, cuda, vulkan, hip, metal, sycl" in run.output
+    assert "llama_cpp_backend" in run.text and "cpu, cuda, vulkan, hip, metal, sycl" in run.text
     assert not (tmp_path / "opt").exists()
 
 
@@ -106,7 +106,7 @@ def test_unknown_backend_fails_early(tmp_path):
 def test_missing_toolchain_fails_early(tmp_path, backend, missing):
     run = lab.ansible_playbook("playbooks/build.yml", *_fresh_root(tmp_path), "-e", f"llama_cpp_backend={backend}")
     assert run.rc != 0
-    assert f"missing toolchain for backend {backend}" in run.output and missing in run.output
+    assert f"missing toolchain for backend {backend}" in run.text and missing in run.text
     assert not (tmp_path / "opt").exists()
 
 
@@ -123,6 +123,6 @@ def test_bad_source_checksum_fails_before_building(tmp_path):
         "-e", f"llama_cpp_archive_url={archive}", "-e", f"llama_cpp_archive_sha256={'0' * 64}",
         "-e", f"llama_cpp_commit={fake_commit}", "-e", f"llama_cpp_cache_dir={tmp_path / 'cache'}")
     assert run.rc != 0
-    assert "Source checksum mismatch" in run.output and "Nothing was built" in run.output
+    assert "Source checksum mismatch" in run.text and "Nothing was built" in run.text
     assert not (tmp_path / "opt").exists()
     assert not (tmp_path / "cache" / "src" / "llama.cpp-fffffffff").exists()

@@ -85,5 +85,5 @@ def test_removed_flag_fails_rendering(caps_file, tmp_path):
     run = lab.ansible_playbook("playbooks/render-configs.yml", "-e", f"capabilities_file={caps_file}",
                                "-e", f"llama_server_render_dir={tmp_path}",
                                "-e", '{"llama_server_extra_args": ["--draft-max", "8"]}')
-    assert run.rc != 0 and "--draft-max has been removed" in run.output
+    assert run.rc != 0 and "--draft-max has been removed" in run.text
     assert not list(tmp_path.glob("*.service"))
