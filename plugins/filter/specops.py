@@ -16,6 +16,7 @@ from ansible.errors import AnsibleFilterError
 from specops.argv import FlagError, build_argv, systemd_line
 from specops.buildopts import BuildOptionError, build_id, cmake_args, cmake_options
 from specops.capabilities import Capabilities, parse_help, parse_version
+from specops.fetch import catalog
 from specops.probe import summarize_probe
 from specops.profile import ProfileError, ServerProfile
 
@@ -55,6 +56,20 @@ def specops_cmake_args(options: dict) -> list[str]:
     return cmake_args(dict(options))
 
 
+def specops_model_file(name: str, models: list | None = None) -> str:
+    """The file name a model entry (by name or catalog name) is stored under on the hosts."""
+    for entry in models or []:
+        if name in (entry.get("name"), entry.get("catalog")):
+            if entry.get("file"):
+                return str(entry["file"])
+            name = entry.get("catalog") or name
+            break
+    known = catalog()
+    if name not in known:
+        raise AnsibleFilterError(f"model {name!r} is neither in specops_models nor in the catalog ({', '.join(known)})")
+    return known[name].file
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -65,4 +80,5 @@ class FilterModule:
             "specops_build_id": specops_build_id,
             "specops_cmake_args": specops_cmake_args,
             "specops_probe_summary": summarize_probe,
+            "specops_model_file": specops_model_file,
         }

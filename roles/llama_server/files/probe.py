@@ -31,7 +31,7 @@ def main() -> int:
         headers["Authorization"] = f"Bearer {key}"
     out = {"metrics_before": get(args.url + "/metrics", headers)}
     body = json.dumps({"prompt": args.prompt, "n_predict": args.tokens, "temperature": 0.0, "seed": 42,
-                       "cache_prompt": False}).encode()
+                       "cache_prompt": False, "ignore_eos": True}).encode()
     req = urllib.request.Request(args.url + "/completion", data=body,
                                  headers={**headers, "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=600) as resp:

