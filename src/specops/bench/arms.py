@@ -1,0 +1,272 @@
+"""Bench arms: named server settings (or the reference CLI) to compare against the baseline.
+
+An arm is *what differs* from the common base profile (target model, context, threads): profile
+keys of :class:`specops.profile.ServerProfile`, optional environment variables, and which draft
+model it uses. Flags are never spelled here; :func:`specops.argv.build_argv` renders the profile.
+
+Names are also a small grammar so users can ask for arms not in the standard list:
+
+``draft-n<K>``            draft model, ``draft_n_max`` K
+``draft-n<K>-p<P>``       … and ``draft_p_min`` P (e.g. ``draft-n8-p0.8``)
+``draft-n<K>-nmin<M>``    … and ``draft_n_min`` M
+``draft-<type>-n<K>``     a draft re-quantised to TYPE with the built llama-quantize (``draft-q4_0-n4``)
+``exact-n<K>``            the exact profile (``-fa on -ctv q8_0``) with draft n-max K
+``exact-nr-n<K>``         exact + ``--no-repack`` + ``GGML_CPU_TILED_MM=0``
+``ngram-<type>``          n-gram speculation without a draft model
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from specops.profile import NGRAM_TYPES
+
+BASELINE = "baseline"
+EXACT_CACHE = {"flash_attn": "on", "cache_type_v": "q8_0"}
+NO_TILED_ENV = {"GGML_CPU_TILED_MM": "0"}
+DEFAULT_QUANTS = ("Q4_0", "Q3_K_M", "IQ4_XS")
+
+
+class ArmError(ValueError):
+    """An arm name or option the bench does not understand."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One bench arm.
+
+    ``kind``: ``server`` (a fresh llama-server per repetition) or ``speculative-cli`` (llama.cpp's
+    ``llama-speculative`` reference binary). ``draft``: ``None`` (no draft), ``"draft"`` (the draft
+    model given to the bench) or a llama-quantize type such as ``"Q4_0"`` (a derived draft).
+    ``reference``: the arm whose output this arm must reproduce byte for byte (a non-speculative run
+    with the same numerics settings). ``family`` groups arms in tables and plots.
+    """
+
+    name: str
+    description: str
+    profile: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    draft: str | None = None
+    reference: str = BASELINE
+    family: str = "draft"
+    kind: str = "server"
+
+    @property
+    def speculative(self) -> bool:
+        return self.profile.get("spec_type", "auto") != "none" or self.kind != "server"
+
+    @property
+    def is_reference(self) -> bool:
+        """A non-speculative arm (baseline or an exact baseline)."""
+        return self.kind == "server" and self.profile.get("spec_type") == "none"
+
+    @property
+    def n_max(self) -> int | None:
+        value = self.profile.get("draft_n_max")
+        return int(value) if value is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "profile": dict(self.profile),
+            "env": dict(self.env),
+            "draft": self.draft,
+            "reference": self.reference,
+            "family": self.family,
+            "kind": self.kind,
+        }
+
+
+def _none(name: str, description: str, family: str, reference: str, **profile: Any) -> Arm:
+    return Arm(name, description, {"spec_type": "none", **profile}, family=family, reference=reference)
+
+
+_DRAFT = re.compile(r"^draft-n(\d+)(?:-p(0(?:\.\d+)?|1(?:\.0+)?))?(?:-nmin(\d+))?$")
+_QUANT = re.compile(r"^draft-(i?q\d[a-z0-9_]*)-n(\d+)$", re.IGNORECASE)
+_EXACT = re.compile(r"^exact-(nr-)?n(\d+)$")
+
+
+def parse_arm(name: str) -> Arm:
+    """Build an arm from its name (fixed names and the grammar in the module docstring)."""
+    fixed = _fixed_arms()
+    if name in fixed:
+        return fixed[name]
+    m = _DRAFT.match(name)
+    if m:
+        k, p, nmin = int(m.group(1)), m.group(2), m.group(3)
+        prof: dict[str, Any] = {"spec_type": "draft-simple", "draft_n_max": k}
+        desc = f"draft model, draft n-max {k}"
+        if p is not None:
+            prof["draft_p_min"] = float(p)
+            desc += f", p-min {float(p):g}"
+        if nmin is not None:
+            prof["draft_n_min"] = int(nmin)
+            desc += f", n-min {int(nmin)}"
+        return Arm(name, desc, prof, draft="draft", family="draft")
+    m = _QUANT.match(name)
+    if m:
+        qtype, k = m.group(1).upper(), int(m.group(2))
+        return Arm(
+            name,
+            f"draft re-quantised to {qtype} with llama-quantize, draft n-max {k}",
+            {"spec_type": "draft-simple", "draft_n_max": k},
+            draft=qtype,
+            family="quant",
+        )
+    m = _EXACT.match(name)
+    if m:
+        nr, k = bool(m.group(1)), int(m.group(2))
+        if nr:
+            return Arm(
+                name,
+                f"exact profile + --no-repack + GGML_CPU_TILED_MM=0, draft n-max {k}",
+                {"spec_type": "draft-simple", "draft_n_max": k, "repack": False, **EXACT_CACHE},
+                env=dict(NO_TILED_ENV),
+                draft="draft",
+                reference="exact-nr-baseline",
+                family="exact",
+            )
+        return Arm(
+            name,
+            f"exact profile (-fa on -ctv q8_0), draft n-max {k}",
+            {"spec_type": "draft-simple", "draft_n_max": k, **EXACT_CACHE},
+            draft="draft",
+            reference="exact-baseline",
+            family="exact",
+        )
+    raise ArmError(
+        f"unknown arm {name!r}. Known arms: {', '.join(sorted(fixed))}; "
+        "or the patterns draft-n<K>[-p<P>][-nmin<M>], q<TYPE>-n<K>, exact-n<K>, exact-nr-n<K>"
+    )
+
+
+def _fixed_arms() -> dict[str, Arm]:
+    arms = [
+        _none(BASELINE, "no speculation (--spec-type none)", "baseline", BASELINE),
+        _none("baseline-again", "baseline run again as its own arm: determinism check", "baseline", BASELINE),
+        Arm(
+            "draft-plain",
+            "draft model with llama.cpp's own draft limits (no n-max/n-min/p-min given)",
+            {"spec_type": "draft-simple"},
+            draft="draft",
+            family="default",
+        ),
+        Arm(
+            "spec-default",
+            "llama.cpp's --spec-default (its default speculative config, no draft model)",
+            {"spec_type": "default"},
+            family="default",
+        ),
+        Arm(
+            "seeds",
+            "the seeds' setting --draft-max 8 --draft-min 1, translated to draft n-max 8 / n-min 1",
+            {"spec_type": "draft-simple", "draft_n_max": 8, "draft_n_min": 1},
+            draft="draft",
+            family="draft",
+        ),
+        _none(
+            "exact-baseline",
+            "no speculation with the exact profile's numerics (-fa on -ctv q8_0)",
+            "exact",
+            "exact-baseline",
+            **EXACT_CACHE,
+        ),
+        Arm(
+            "exact-nr-baseline",
+            "no speculation, exact numerics + --no-repack + GGML_CPU_TILED_MM=0",
+            {"spec_type": "none", "repack": False, **EXACT_CACHE},
+            env=dict(NO_TILED_ENV),
+            reference="exact-nr-baseline",
+            family="exact",
+        ),
+        Arm(
+            "cli-draft-n8",
+            "llama.cpp's llama-speculative reference binary, draft n-max 8 (cross-check of the server's draft-n8)",
+            {"spec_type": "draft-simple", "draft_n_max": 8},
+            draft="draft",
+            family="reference",
+            kind="speculative-cli",
+        ),
+    ]
+    for t in NGRAM_TYPES:
+        arms.append(
+            Arm(
+                t,
+                f"n-gram speculation {t} (no draft model, llama.cpp's defaults for it)",
+                {"spec_type": t},
+                family="ngram",
+            )
+        )
+    return {a.name: a for a in arms}
+
+
+def standard_arm_names(
+    n_max: tuple[int, ...] = (4, 8, 16),
+    p_min: tuple[float, ...] = (0.8,),
+    n_min: tuple[int, ...] = (2,),
+    quants: tuple[str, ...] = DEFAULT_QUANTS,
+    quant_n_max: int = 4,
+    exact_n_max: tuple[int, ...] = (2,),
+    exact_nr_n_max: tuple[int, ...] = (3, 8),
+    cli: bool = True,
+) -> list[str]:
+    """The arms of the ticket, in the order they run within one repetition.
+
+    The two baselines are spread apart so they do not share one stretch of machine noise.
+    """
+    names = [BASELINE]
+    names += [f"draft-n{k}" for k in n_max]
+    names += ["draft-plain", "spec-default", "seeds"]
+    names += [f"draft-n8-p{p:g}" for p in p_min]
+    names += [f"draft-n8-nmin{m}" for m in n_min]
+    names += list(NGRAM_TYPES_STANDARD)
+    names.append("baseline-again")
+    names += [f"draft-{q.lower()}-n{quant_n_max}" for q in quants]
+    if exact_n_max:
+        names.append("exact-baseline")
+        names += [f"exact-n{k}" for k in exact_n_max]
+    if exact_nr_n_max:
+        names.append("exact-nr-baseline")
+        names += [f"exact-nr-n{k}" for k in exact_nr_n_max]
+    if cli:
+        names.append("cli-draft-n8")
+    return names
+
+
+NGRAM_TYPES_STANDARD = ("ngram-simple", "ngram-mod", "ngram-map-k", "ngram-cache")
+
+
+def select_arms(names: list[str]) -> list[Arm]:
+    """Arms for ``names`` (deduplicated, order kept), plus the references they need.
+
+    ``baseline`` is always included: every speedup is relative to it.
+    """
+    out: list[Arm] = []
+    seen: set[str] = set()
+
+    def add(arm: Arm) -> None:
+        if arm.name not in seen:
+            seen.add(arm.name)
+            out.append(arm)
+
+    parsed = [parse_arm(n.strip()) for n in names if n.strip()]
+    if not parsed:
+        raise ArmError("no arms selected")
+    add(parse_arm(BASELINE))
+    for arm in parsed:
+        if arm.reference not in seen and arm.reference != arm.name:
+            add(parse_arm(arm.reference))
+        add(arm)
+    return out
+
+
+def interleaved_order(arms: list[Arm], rep: int) -> list[Arm]:
+    """Arms in the order of repetition ``rep``: rotated by one each repetition so every arm meets
+    every stretch of a drifting machine, and no arm always runs right after another one."""
+    if not arms:
+        return []
+    k = rep % len(arms)
+    return arms[k:] + arms[:k]

@@ -1,0 +1,99 @@
+"""Write the recommendation as inventory variables for the service role, and apply them.
+
+The file (default ``inventory/group_vars/llama_servers/speculative.yml``) holds the
+``llama_server_*`` knobs the service role renders through :func:`specops.argv.build_argv`.
+``--apply`` then runs the deploy playbook with that file as extra vars, so the deployed unit
+changes even when the inventory lives elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_VARS_FILE = Path("inventory/group_vars/llama_servers/speculative.yml")
+KEYS = (
+    "spec_type",
+    "draft_n_max",
+    "draft_n_min",
+    "draft_p_min",
+    "flash_attn",
+    "cache_type_k",
+    "cache_type_v",
+    "repack",
+    "threads",
+    "draft_threads",
+)
+
+
+class ApplyError(RuntimeError):
+    pass
+
+
+def inventory_vars(
+    arm_def: Mapping[str, Any],
+    threads: int | None,
+    draft_threads: int | None,
+    derived_draft: str | None = None,
+) -> dict[str, Any]:
+    """``llama_server_*`` variables for an arm (``spec_type: none`` for the baseline)."""
+    prof = dict(arm_def.get("profile", {}))
+    spec = prof.get("spec_type", "auto")
+    if spec == "auto":
+        spec = "draft-simple" if arm_def.get("draft") else "none"
+    out: dict[str, Any] = {"llama_server_spec_type": spec}
+    for key in KEYS[1:]:
+        value = prof.get(key)
+        if key == "threads":
+            value = threads
+        elif key == "draft_threads":
+            value = draft_threads if arm_def.get("draft") else None
+        out[f"llama_server_{key}"] = value
+    # the service role always knows a draft model; an arm without one must clear it, or the draft
+    # would be loaded and never used (and the profile check refuses that combination)
+    if not arm_def.get("draft"):
+        out["llama_server_draft_model"] = ""
+    out["llama_server_environment"] = dict(arm_def.get("env") or {})
+    if derived_draft:
+        # a re-quantised draft: the file exists where the bench ran; the service role must make or
+        # copy it on each server (llama-quantize --allow-requantize DRAFT OUT TYPE)
+        out["llama_server_draft_requantize"] = arm_def.get("draft")
+        out["llama_server_draft_model_bench_path"] = derived_draft
+    return out
+
+
+def write_vars(path: Path, variables: Mapping[str, Any], header: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = yaml.safe_dump(dict(variables), sort_keys=False, default_flow_style=False)
+    comment = "".join(f"# {line}\n" for line in header.splitlines())
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"---\n{comment}{body}")
+    os.replace(tmp, path)
+    return path
+
+
+def header_for(arm: str, reason: str, rule: str, report: str) -> str:
+    return (
+        f"Written by `specops bench` on {time.strftime('%Y-%m-%d %H:%M:%S')} — do not edit by hand;\n"
+        f"re-run the bench instead. Recommended arm: {arm} (rule '{rule}').\n{reason}\nEvidence: {report}"
+    )
+
+
+def apply(vars_file: Path, playbook: Path, inventory: Path | None, extra: list[str] | None = None) -> int:
+    """Run the deploy playbook with the vars file as extra vars; returns its exit code."""
+    if not playbook.exists():
+        raise ApplyError(f"deploy playbook {playbook} not found; pass --playbook")
+    exe = Path(sys.executable).with_name("ansible-playbook")
+    cmd = [str(exe if exe.exists() else "ansible-playbook")]
+    if inventory:
+        cmd += ["-i", str(inventory)]
+    cmd += [str(playbook), "-e", f"@{vars_file}", *(extra or [])]
+    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, check=False).returncode

@@ -1,0 +1,123 @@
+"""Arms: the name grammar, selection, interleaving, and that every standard arm renders to argv
+on the real llama-server 0c1e57098 --help (fixture) through specops.argv."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specops.argv import build_argv
+from specops.bench.arms import ArmError, interleaved_order, parse_arm, select_arms, standard_arm_names
+from specops.bench.runner import BenchConfig
+from specops.bench.tasks import load_tasks
+from specops.capabilities import parse_help
+from specops.cli import main
+
+FIXTURE = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "llama-server-0c1e57098" / "llama-server_help.txt"
+)
+
+
+def test_grammar() -> None:
+    a = parse_arm("draft-n6-p0.75-nmin2")
+    assert a.profile == {"spec_type": "draft-simple", "draft_n_max": 6, "draft_p_min": 0.75, "draft_n_min": 2}
+    q = parse_arm("draft-iq4_xs-n3")
+    assert q.draft == "IQ4_XS" and q.profile["draft_n_max"] == 3
+    e = parse_arm("exact-n2")
+    assert e.reference == "exact-baseline" and e.profile["cache_type_v"] == "q8_0"
+    nr = parse_arm("exact-nr-n8")
+    assert nr.env == {"GGML_CPU_TILED_MM": "0"} and nr.profile["repack"] is False
+    assert nr.reference == "exact-nr-baseline"
+    assert parse_arm("seeds").profile == {"spec_type": "draft-simple", "draft_n_max": 8, "draft_n_min": 1}
+
+
+@pytest.mark.parametrize("bad", ["draft", "draft-n", "draft-nX", "turbo", "draft-n4-p2", "ngram-fast"])
+def test_unknown_arm_is_a_clear_error(bad: str) -> None:
+    with pytest.raises(ArmError, match="unknown arm"):
+        parse_arm(bad)
+
+
+def test_select_adds_baseline_and_references() -> None:
+    names = [a.name for a in select_arms(["exact-n2", "ngram-mod", "exact-n2"])]
+    assert names == ["baseline", "exact-baseline", "exact-n2", "ngram-mod"]
+    with pytest.raises(ArmError):
+        select_arms([" ", ""])
+
+
+def test_interleaving_rotates_every_arm_through_every_slot() -> None:
+    arms = select_arms(["draft-n4", "ngram-mod", "baseline-again"])
+    orders = [[a.name for a in interleaved_order(arms, r)] for r in range(len(arms))]
+    for slot in range(len(arms)):
+        assert {o[slot] for o in orders} == {a.name for a in arms}
+
+
+def test_every_standard_arm_renders_on_the_real_help() -> None:
+    caps = parse_help(FIXTURE.read_text())
+    arms = select_arms(standard_arm_names())
+    names = [a.name for a in arms]
+    for required in (
+        "baseline",
+        "baseline-again",
+        "draft-n4",
+        "draft-n8",
+        "draft-n16",
+        "draft-plain",
+        "spec-default",
+        "seeds",
+        "ngram-simple",
+        "ngram-mod",
+        "ngram-map-k",
+        "ngram-cache",
+        "draft-q4_0-n4",
+        "exact-baseline",
+        "exact-n2",
+        "cli-draft-n8",
+    ):
+        assert required in names
+    cfg = BenchConfig(
+        target=Path("/m/t.gguf"),
+        draft=Path("/m/d.gguf"),
+        server_binary=Path("llama-server"),
+        caps=caps,
+        tasks=load_tasks(limit_per_workload=1),
+        threads=2,
+        derived_drafts={
+            "Q4_0": Path("/m/q4.gguf"),
+            "Q3_K_M": Path("/m/q3.gguf"),
+            "IQ4_XS": Path("/m/iq4.gguf"),
+        },
+    )
+    rendered = {a.name: build_argv(cfg.profile_for(a), caps) for a in arms if a.kind == "server"}
+    assert rendered["baseline"][-2:] == ["--spec-type", "none"]
+    assert "--spec-default" in rendered["spec-default"]
+    seeds = rendered["seeds"]
+    assert (
+        seeds[seeds.index("--spec-draft-n-max") + 1] == "8"
+        and seeds[seeds.index("--spec-draft-n-min") + 1] == "1"
+    )
+    assert "--draft-max" not in " ".join(seeds)
+    assert "/m/q4.gguf" in rendered["draft-q4_0-n4"]
+    assert "--no-repack" in rendered["exact-nr-n8"]
+    ex = rendered["exact-n2"]
+    assert ex[ex.index("--flash-attn") + 1] == "on" and ex[ex.index("--cache-type-v") + 1] == "q8_0"
+    plain = rendered["draft-plain"]
+    assert "--spec-draft-n-max" not in plain and plain[plain.index("--spec-type") + 1] == "draft-simple"
+
+
+def test_cli_rejects_unknown_arm_and_unknown_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["bench", "--arms", "baseline,warp-drive", "--work-dir", str(tmp_path)]) == 2
+    assert "unknown arm 'warp-drive'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--draft-lenght", "4"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --draft-lenght" in capsys.readouterr().err
+
+
+def test_cli_rejects_empty_task_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert (
+        main(["bench", "--tasks", str(empty), "--arms", "baseline", "--work-dir", str(tmp_path / "w")]) == 2
+    )
+    assert "has no tasks" in capsys.readouterr().err

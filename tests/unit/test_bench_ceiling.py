@@ -1,0 +1,68 @@
+"""Hardware ceiling arithmetic and llama-bench parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from specops.bench.ceiling import (
+    Numerics,
+    batch_times,
+    cost_at,
+    llama_bench_argv,
+    perfect_ceiling,
+    predict,
+    relative_cost,
+)
+
+
+def test_batch_times_from_llama_bench_json() -> None:
+    recs = [
+        {"n_prompt": 1, "n_gen": 0, "avg_ns": 50_000_000},
+        {"n_prompt": 4, "n_gen": 0, "avg_ns": 135_000_000},
+        {"n_prompt": 0, "n_gen": 16, "avg_ns": 1},
+    ]
+    t = batch_times(recs)
+    assert t == {1: 0.05, 4: 0.135}
+    assert relative_cost(t) == {1: 1.0, 4: pytest.approx(2.7)}
+
+
+def test_cost_interpolation_and_extrapolation() -> None:
+    rel = {1: 1.0, 2: 1.2, 4: 2.0}
+    assert cost_at(rel, 1) == 1.0
+    assert cost_at(rel, 3) == pytest.approx(1.6)
+    assert cost_at(rel, 5) == pytest.approx(2.4)
+
+
+def test_ceilings() -> None:
+    free = {k: 1.0 for k in range(1, 18)}  # a GPU-like host: any batch costs one step
+    assert perfect_ceiling(free, 7) == pytest.approx(8.0)
+    assert perfect_ceiling(free, 7, draft_cost=0.1) == pytest.approx(8 / 1.7)
+    linear = {k: float(k) for k in range(1, 18)}  # no batching gain: never faster
+    assert perfect_ceiling(linear, 4) == pytest.approx(1.0)
+
+
+def test_prediction_from_counters() -> None:
+    free = {k: 1.0 for k in range(1, 18)}
+    # 100 tokens, 20 drafts of 4 tokens, every token accepted: 20 steps yield 100 tokens → 5×
+    p = predict(100, 20, 80, 80, free, 0.0)
+    assert p is not None and p.predicted == pytest.approx(5.0) and p.mean_draft_len == 4.0
+    # with draft cost 0.25 per drafted token: 100 / (20 + 20) = 2.5
+    assert predict(100, 20, 80, 80, free, 0.25).predicted == pytest.approx(2.5)  # type: ignore[union-attr]
+    # nothing drafted: no change
+    assert predict(100, 0, 0, 0, free, 0.5).predicted == 1.0  # type: ignore[union-attr]
+    assert predict(0, 0, 0, 0, free, 0.5) is None
+    # a linear host with a costly draft is a loss even at full acceptance
+    lin = {k: float(k) for k in range(1, 18)}
+    assert predict(100, 20, 80, 80, lin, 0.5).predicted < 1.0  # type: ignore[union-attr]
+
+
+def test_llama_bench_argv_and_numerics() -> None:
+    num = Numerics.of_profile(
+        {"flash_attn": "on", "cache_type_v": "q8_0", "repack": False}, {"GGML_CPU_TILED_MM": "0"}
+    )
+    assert num.name == "fa=on,ctv=q8_0,no-repack,GGML_CPU_TILED_MM=0"
+    argv = llama_bench_argv("llama-bench", "t.gguf", (1, 2, 3), 256, 5, 2, num)
+    assert argv[:5] == ["llama-bench", "-m", "t.gguf", "-p", "1,2,3"]
+    assert argv[argv.index("-fa") : argv.index("-fa") + 2] == ["-fa", "on"]
+    assert "--repack" in argv and "-ctv" in argv
+    assert Numerics.of_profile({"spec_type": "none"}, {}).name == "default"

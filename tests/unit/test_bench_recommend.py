@@ -1,0 +1,112 @@
+"""Recommendation rules: identical-by-default, never a loser, baseline when nothing wins."""
+
+from __future__ import annotations
+
+from specops.bench.analysis import ALL, ArmWorkload
+from specops.bench.arms import parse_arm
+from specops.bench.recommend import pick, recommend
+from specops.bench.stats import Interval
+
+WLS = ["code", "prose"]
+
+
+def aw(
+    arm: str, wl: str, est: float, lo: float | None, hi: float | None, ident: tuple[int, int] = (10, 10)
+) -> ArmWorkload:
+    a = ArmWorkload(arm, wl)
+    a.speedup = Interval(est, lo, hi, 10)
+    a.identical, a.compared = ident
+    return a
+
+
+def table(rows: dict[str, dict[str, tuple]]) -> dict[str, dict[str, ArmWorkload]]:
+    return {arm: {wl: aw(arm, wl, *v) for wl, v in per.items()} for arm, per in rows.items()}
+
+
+def defs(*names: str) -> dict[str, dict]:
+    return {n: parse_arm(n).to_dict() for n in ("baseline", "baseline-again", *names)}
+
+
+BASE = {
+    "baseline": {wl: (1.0, 1.0, 1.0, (0, 0)) for wl in [*WLS, ALL]},
+    "baseline-again": {wl: (1.0, 0.98, 1.02) for wl in [*WLS, ALL]},
+}
+
+
+def test_nothing_wins_means_baseline() -> None:
+    res = table(
+        {**BASE, "draft-n8": {"code": (0.7, 0.6, 0.8), "prose": (0.65, 0.6, 0.7), ALL: (0.68, 0.6, 0.75)}}
+    )
+    picks = recommend(res, defs("draft-n8"), WLS)
+    assert all(p.arm == "baseline" for p in picks.values())
+    assert "not faster" in picks[ALL].rejected["draft-n8"]
+
+
+def test_point_estimate_above_one_inside_noise_is_not_a_win() -> None:
+    res = table(
+        {**BASE, "ngram-mod": {"code": (1.05, 0.97, 1.13), "prose": (1.0, 0.9, 1.1), ALL: (1.03, 0.98, 1.08)}}
+    )
+    assert pick(res, defs("ngram-mod"), ALL).arm == "baseline"
+
+
+def test_identical_rule_excludes_faster_but_different_output() -> None:
+    res = table(
+        {
+            **BASE,
+            "draft-n4": {
+                "code": (1.4, 1.2, 1.6, (6, 10)),
+                "prose": (1.1, 1.02, 1.2, (5, 10)),
+                ALL: (1.25, 1.1, 1.4, (11, 20)),
+            },
+            "exact-baseline": {wl: (0.99, 0.97, 1.01) for wl in [*WLS, ALL]},
+            "exact-n2": {"code": (1.15, 1.05, 1.25), "prose": (1.02, 0.95, 1.1), ALL: (1.08, 1.02, 1.14)},
+        }
+    )
+    d = defs("draft-n4", "exact-baseline", "exact-n2")
+    ident = recommend(res, d, WLS, "identical")
+    assert ident[ALL].arm == "exact-n2"
+    assert ident["code"].arm == "exact-n2"
+    assert ident["prose"].arm == "baseline"  # exact-n2's CI on prose includes 1
+    assert "output differs" in ident[ALL].rejected["draft-n4"]
+    fastest = recommend(res, d, WLS, "fastest")
+    assert fastest[ALL].arm == "draft-n4" and fastest["prose"].arm == "draft-n4"
+
+
+def test_mix_pick_must_not_lose_on_any_workload() -> None:
+    res = table(
+        {
+            **BASE,
+            "ngram-simple": {"code": (1.8, 1.5, 2.1), "prose": (0.85, 0.8, 0.9), ALL: (1.25, 1.05, 1.45)},
+        }
+    )
+    picks = recommend(res, defs("ngram-simple"), WLS, "fastest")
+    assert picks["code"].arm == "ngram-simple"
+    assert picks[ALL].arm == "baseline"
+    assert "slower than baseline on prose" in picks[ALL].rejected["ngram-simple"]
+
+
+def test_nondeterministic_reference_voids_identity() -> None:
+    res = table({**BASE, "draft-n4": {wl: (1.3, 1.2, 1.4) for wl in [*WLS, ALL]}})
+    res["baseline-again"][ALL].identical = 8
+    res["baseline-again"][ALL].compared = 10
+    p = pick(res, defs("draft-n4"), ALL, "identical")
+    assert p.arm == "baseline" and "not deterministic" in p.rejected["draft-n4"]
+
+
+def test_no_interval_never_wins_and_cli_or_baselines_are_not_candidates() -> None:
+    res = table({**BASE, "draft-n4": {ALL: (3.0, None, None)}, "cli-draft-n8": {ALL: (2.0, 1.9, 2.1)}})
+    p = pick(res, defs("draft-n4", "cli-draft-n8"), ALL, "fastest")
+    assert p.arm == "baseline"
+    assert "no confidence interval" in p.rejected["draft-n4"]
+    assert "cli-draft-n8" not in p.rejected and "baseline-again" not in p.rejected
+
+
+def test_highest_qualifying_estimate_wins() -> None:
+    res = table(
+        {
+            **BASE,
+            "ngram-mod": {wl: (1.2, 1.1, 1.3) for wl in [*WLS, ALL]},
+            "ngram-simple": {wl: (1.3, 1.05, 1.55) for wl in [*WLS, ALL]},
+        }
+    )
+    assert pick(res, defs("ngram-mod", "ngram-simple"), ALL).arm == "ngram-simple"
