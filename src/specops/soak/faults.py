@@ -1,0 +1,183 @@
+"""Fault injection (kill -9, SIGSTOP/SIGCONT, systemctl restart) and time to recovery.
+
+Recovery is the first successful request after the fault: one that ended after the fault's action
+finished (after SIGCONT for a stop) and, for kill and restart, also started after the fault (an answer
+from the old process does not count).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specops.soak.accounting import Attempt
+from specops.soak.config import FaultPlan, FaultSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FaultEvent:
+    kind: str
+    label: str
+    scheduled: float
+    t: float  # when the action started (seconds since the start of the soak)
+    action_end: float  # when it finished (after SIGCONT for stop; after systemctl returned for restart)
+    pid_before: int | None
+    detail: str = ""
+    error: str | None = None
+    recovered_at: float | None = None
+
+    @property
+    def time_to_recovery(self) -> float | None:
+        return None if self.recovered_at is None else self.recovered_at - self.t
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        ttr = self.time_to_recovery
+        d["time_to_recovery"] = None if ttr is None else round(ttr, 3)
+        return d
+
+
+def recovery_time(fault: FaultEvent, attempts: list[Attempt]) -> float | None:
+    """When the first successful request after ``fault`` ended (seconds since start), or None."""
+    if fault.error:
+        return None
+    ends = [a.end for a in attempts
+            if a.ok and a.end > fault.action_end and (fault.kind == "stop" or a.start >= fault.t)]
+    return min(ends) if ends else None
+
+
+def in_fault_window(t: float, faults: list[FaultEvent], grace: float = 0.0) -> bool:
+    """Whether ``t`` falls between a fault's start and its recovery (plus ``grace``).
+
+    An unrecovered fault covers everything after it.
+    """
+    for f in faults:
+        end = f.recovered_at if f.recovered_at is not None else float("inf")
+        if f.t - grace <= t <= end + grace:
+            return True
+    return False
+
+
+class Actions:
+    """The real actions. Kept apart so the injector's scheduling is testable without signals."""
+
+    def __init__(self, unit: str | None = None, systemctl: str = "systemctl", timeout: float = 180.0) -> None:
+        self.unit = unit
+        self.systemctl = systemctl
+        self.timeout = timeout
+
+    def kill9(self, pid: int) -> str:
+        os.kill(pid, signal.SIGKILL)
+        return f"SIGKILL to {pid}"
+
+    def stop(self, pid: int, pause: float, wait: Callable[[float], object]) -> str:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait(pause)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        return f"SIGSTOP to {pid}, SIGCONT after {pause:g}s"
+
+    def restart(self) -> str:
+        if not self.unit:
+            raise RuntimeError("restart needs a unit")
+        argv = [self.systemctl, "restart", "--", self.unit]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: rc={out.returncode} {out.stderr.strip()[:200]}")
+        return " ".join(argv)
+
+
+class Injector:
+    """Runs the plan in a thread: waits for each slot, for the previous fault's recovery, then acts."""
+
+    def __init__(self, plan: FaultPlan, duration: float, clock: Callable[[], float],
+                 pid_of: Callable[[], int | None], recovered: Callable[[FaultEvent], float | None],
+                 actions: Actions | None = None) -> None:
+        self.plan = plan
+        self.duration = duration
+        self.schedule = plan.schedule(duration)
+        self.clock = clock
+        self.pid_of = pid_of
+        self.recovered = recovered
+        self.actions = actions or Actions()
+        self.events: list[FaultEvent] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _wait_until(self, t: float) -> bool:
+        while not self._stop.is_set():
+            left = t - self.clock()
+            if left <= 0:
+                return True
+            self._stop.wait(min(left, 0.2))
+        return False
+
+    def _wait_recovery(self, event: FaultEvent) -> None:
+        deadline = event.action_end + self.plan.recovery_timeout
+        while not self._stop.is_set() and self.clock() < deadline:
+            if self.recovered(event) is not None:
+                return
+            self._stop.wait(0.2)
+
+    def inject(self, scheduled: float, spec: FaultSpec) -> FaultEvent:
+        pid = self.pid_of()
+        t = self.clock()
+        event = FaultEvent(spec.kind, spec.label(), scheduled, t, t, pid)
+        try:
+            if spec.kind == "restart":
+                event.detail = self.actions.restart()
+            elif pid is None:
+                raise RuntimeError("no server PID known: nothing to signal")
+            elif spec.kind == "kill9":
+                event.detail = self.actions.kill9(pid)
+            elif spec.kind == "stop":
+                # SIGCONT is sent even if the soak is stopped meanwhile
+                event.detail = self.actions.stop(pid, spec.pause, lambda s: self._stop.wait(s))
+            else:
+                raise RuntimeError(f"unknown fault kind {spec.kind}")
+        except Exception as exc:
+            event.error = f"{type(exc).__name__}: {exc}"
+            log.warning("fault %s failed: %s", spec.label(), event.error)
+        event.action_end = self.clock()
+        with self._lock:
+            self.events.append(event)
+        log.info("fault %s at %.1fs: %s", spec.label(), t, event.detail or event.error)
+        return event
+
+    def _run(self) -> None:
+        for scheduled, spec in self.schedule:
+            if not self._wait_until(scheduled):
+                return
+            event = self.inject(scheduled, spec)
+            if not event.error:
+                self._wait_recovery(event)
+
+    def start(self, offset: float = 0.0) -> None:
+        """Start the plan ``offset`` seconds into the soak (after the references were recorded):
+        fault times count from there, and the run's end still bounds them."""
+        self.schedule = [(offset + t, spec) for t, spec in self.plan.schedule(self.duration - offset)]
+        if not self.schedule:
+            return
+        self._thread = threading.Thread(target=self._run, name="soak-faults", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=60)
+
+    def snapshot(self) -> list[FaultEvent]:
+        with self._lock:
+            return list(self.events)
