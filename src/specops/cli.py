@@ -3,6 +3,9 @@
 A command module defines ``NAME``, ``HELP`` and ``add_arguments(parser)`` and ``run(args) -> int``.
 """
 
+DESCRIPTION = ("specops: build, deploy, verify, benchmark and watch llama.cpp speculative decoding. "
+               "Run `specops COMMAND --help` for each command.")
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +17,7 @@ from specops import __version__, commands
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specops", description=__doc__)
+    parser = argparse.ArgumentParser(prog="specops", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"specops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
@@ -37,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `specops ... | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
