@@ -3,9 +3,6 @@
 A command module defines ``NAME``, ``HELP`` and ``add_arguments(parser)`` and ``run(args) -> int``.
 """
 
-DESCRIPTION = ("specops: build, deploy, verify, benchmark and watch llama.cpp speculative decoding. "
-               "Run `specops COMMAND --help` for each command.")
-
 from __future__ import annotations
 
 import argparse
@@ -14,6 +11,9 @@ import pkgutil
 import sys
 
 from specops import __version__, commands
+
+DESCRIPTION = ("specops: build, deploy, verify, benchmark and watch llama.cpp speculative decoding. "
+               "Run `specops COMMAND --help` for each command.")
 
 
 def build_parser() -> argparse.ArgumentParser:
