@@ -30,6 +30,7 @@ from specops.soak.invariants import (
     check_rss,
     check_throughput,
     check_unexplained_errors,
+    nrestarts_increments,
     observed_restarts,
 )
 from specops.soak.reference import Drift
@@ -229,6 +230,10 @@ def test_restarts_expected_from_faults_and_unexpected_ones() -> None:
     assert c.status == FAIL and "1 time(s) more than the kill faults explain" in c.detail
     assert check_restarts(changes[:3], [(0, 4), (40, 5)], [kill], True).status == PASS
     assert check_restarts([], [], [], False).status == SKIP
+    # `systemctl restart` resets NRestarts: 0 → 1 (kill -9) → 0 (manual restart) is one automatic restart
+    assert nrestarts_increments([(0, 0), (50, 1), (115, 0)]) == 1
+    assert nrestarts_increments([(0, 3), (50, 4), (60, 0), (90, 1)]) == 2
+    assert check_restarts(changes, [(0, 0), (50, 1), (115, 0)], [kill, fault("restart", 89.0)], True).status == PASS
 
 
 def test_fault_recovery_check() -> None:

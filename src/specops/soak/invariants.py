@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -119,7 +120,9 @@ def check_rss(trend: dict[str, Any], had_pid_source: bool, th: Thresholds) -> Ch
     if not had_pid_source:
         return Check("rss_growth", SKIP, "no way to find the server PID (give --unit or --pid)")
     if judged is None:
-        return Check("rss_growth", SKIP, "no RSS samples of one process long enough to fit")
+        longest = max((g["span_s"] for g in trend.get("segments", [])), default=0.0)
+        return Check("rss_growth", SKIP, f"no process ran long enough to fit a slope (longest {longest:.0f}s, "
+                     f"warm-up {trend.get('warmup_s', 0):.0f}s)")
     slope = judged["slope_mb_per_hour"]
     text = (f"PID {judged['pid']}: {judged['first_mb']:.0f} → {judged['last_mb']:.0f} MB over "
             f"{judged['span_s']:.0f}s, slope {slope:+.1f} MB/h" if slope is not None else "flat")
@@ -143,6 +146,15 @@ def observed_restarts(changes: list[PidChange]) -> int:
     return n
 
 
+def nrestarts_increments(values: list[tuple[float, int]]) -> int:
+    """Automatic restarts systemd counted: the sum of increases. A manual ``systemctl restart`` resets
+    NRestarts to 0, so the last value minus the first would undercount."""
+    total = 0
+    for (_, a), (_, b) in itertools.pairwise(values):
+        total += b - a if b > a else b  # a drop is a reset: whatever it counted since then is new
+    return total
+
+
 def check_restarts(changes: list[PidChange], nrestarts: list[tuple[float, int]], faults: list[FaultEvent],
                    had_pid_source: bool) -> Check:
     if not had_pid_source:
@@ -156,7 +168,7 @@ def check_restarts(changes: list[PidChange], nrestarts: list[tuple[float, int]],
         status = FAIL
         parts.insert(0, f"{seen - expected} unexpected restart(s)")
     if nrestarts:
-        delta = nrestarts[-1][1] - nrestarts[0][1]
+        delta = nrestarts_increments(nrestarts)
         kills = sum(1 for f in ok_faults if f.kind == "kill9")
         parts.append(f"NRestarts +{delta} (kill -9 faults: {kills})")
         if delta > kills:

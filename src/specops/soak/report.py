@@ -115,7 +115,8 @@ def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
     changes = data["pid_changes"]
     out.append("PID changes: " + (", ".join(f"{c['t']:.1f}s {c['old']}→{c['new']}" for c in changes) or "none"))
     if data["nrestarts"]:
-        out.append(f"\nsystemd NRestarts: {data['nrestarts'][0][1]} → {data['nrestarts'][-1][1]}")
+        seq = " → ".join(str(v) for _t, v in data["nrestarts"])
+        out.append(f"\nsystemd NRestarts: {seq} (a manual `systemctl restart` resets it to 0)")
     out.append("")
 
     if data["exporter"] is not None:
