@@ -26,7 +26,19 @@ GRAFANA_VARS = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "15s"
 NO_DATA_HERE = {"GPU memory (nvidia-smi)": "no GPU (the local Prometheus test covers it with a stub nvidia-smi)"}
 PROMETHEUS_DEBS = ["prometheus", "fonts-glyphicons-halflings", "libjs-bootstrap4",
                    "libjs-eonasdan-bootstrap-datetimepicker", "libjs-jquery", "libjs-jquery-hotkeys", "libjs-moment",
-                   "libjs-moment-timezone", "libjs-mustache", "libjs-popper.js", "libjs-rickshaw", "libjs-d3"]
+                   "libjs-moment-timezone", "libjs-mustache", "libjs-popper.js", "libjs-rickshaw", "libjs-d3",
+                   "libjs-bootstrap", "javascript-common"]
+
+
+INSTALL_MISSING_DEBS = """set -euo pipefail
+cd /var/tmp/specops-debs
+need=""
+for f in *.deb; do
+  p=$(dpkg-deb -f "$f" Package)
+  dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || need="$need $f"
+done
+if [ -n "$need" ]; then dpkg -i $need; fi
+"""
 
 
 def debs(cache: Path) -> Path:
@@ -43,8 +55,8 @@ def play(labhost, tmp_path: Path, debs_dir: Path) -> lab.PlaybookRun:
         {"name": "Prometheus package from local .deb files (the lab host has no mirror)", "hosts": "monitoring",
          "gather_facts": False, "tasks": [
              {"ansible.builtin.copy": {"src": f"{debs_dir}/", "dest": "/var/tmp/specops-debs/"}},
-             {"ansible.builtin.shell": "dpkg -s prometheus >/dev/null 2>&1 || dpkg -i /var/tmp/specops-debs/*.deb",
-              "register": "_dpkg", "changed_when": "'Setting up prometheus' in _dpkg.stdout"}]},
+             {"ansible.builtin.shell": INSTALL_MISSING_DEBS, "args": {"executable": "/bin/bash"},
+              "register": "_dpkg", "changed_when": "'Setting up' in _dpkg.stdout"}]},
         {"hosts": "llama_servers", "gather_facts": False, "roles": [{"role": "exporter"}]},
         {"hosts": "monitoring", "gather_facts": False, "roles": [{"role": "monitoring", "vars": {
             "monitoring_install_packages": False, "monitoring_scrape_interval": "2s",
