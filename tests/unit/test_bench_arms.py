@@ -14,9 +14,7 @@ from specops.bench.tasks import load_tasks
 from specops.capabilities import parse_help
 from specops.cli import main
 
-FIXTURE = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "llama-server-0c1e57098" / "llama-server_help.txt"
-)
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "llama-server-0c1e57098" / "llama-server_help.txt"
 
 
 def test_grammar() -> None:
@@ -29,6 +27,11 @@ def test_grammar() -> None:
     nr = parse_arm("exact-nr-n8")
     assert nr.env == {"GGML_CPU_TILED_MM": "0"} and nr.profile["repack"] is False
     assert nr.reference == "exact-nr-baseline"
+    ng = parse_arm("ngram-mod-n8")
+    assert ng.profile == {"spec_type": "ngram-mod", "draft_n_max": 8, "draft_n_min": 1} and ng.draft is None
+    assert parse_arm("ngram-simple-m4").profile == {"spec_type": "ngram-simple", "ngram_size_m": 4}
+    xng = parse_arm("exact-ngram-mod-n2")
+    assert xng.reference == "exact-baseline" and xng.profile["flash_attn"] == "on"
     assert parse_arm("seeds").profile == {"spec_type": "draft-simple", "draft_n_max": 8, "draft_n_min": 1}
 
 
@@ -92,15 +95,15 @@ def test_every_standard_arm_renders_on_the_real_help() -> None:
     assert rendered["baseline"][-2:] == ["--spec-type", "none"]
     assert "--spec-default" in rendered["spec-default"]
     seeds = rendered["seeds"]
-    assert (
-        seeds[seeds.index("--spec-draft-n-max") + 1] == "8"
-        and seeds[seeds.index("--spec-draft-n-min") + 1] == "1"
-    )
+    assert seeds[seeds.index("--spec-draft-n-max") + 1] == "8" and seeds[seeds.index("--spec-draft-n-min") + 1] == "1"
     assert "--draft-max" not in " ".join(seeds)
     assert "/m/q4.gguf" in rendered["draft-q4_0-n4"]
     assert "--no-repack" in rendered["exact-nr-n8"]
     ex = rendered["exact-n2"]
     assert ex[ex.index("--flash-attn") + 1] == "on" and ex[ex.index("--cache-type-v") + 1] == "q8_0"
+    ngm = rendered["ngram-mod-n8"]
+    assert ngm[ngm.index("--spec-ngram-mod-n-max") + 1] == "8" and "--spec-draft-model" not in ngm
+    assert "--spec-ngram-simple-size-m" in rendered["ngram-simple-m8"]
     plain = rendered["draft-plain"]
     assert "--spec-draft-n-max" not in plain and plain[plain.index("--spec-type") + 1] == "draft-simple"
 
@@ -117,7 +120,5 @@ def test_cli_rejects_unknown_arm_and_unknown_flag(capsys: pytest.CaptureFixture[
 def test_cli_rejects_empty_task_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    assert (
-        main(["bench", "--tasks", str(empty), "--arms", "baseline", "--work-dir", str(tmp_path / "w")]) == 2
-    )
+    assert main(["bench", "--tasks", str(empty), "--arms", "baseline", "--work-dir", str(tmp_path / "w")]) == 2
     assert "has no tasks" in capsys.readouterr().err

@@ -72,7 +72,7 @@ def _texts(reps: Mapping[int, Mapping[str, Any]], workload: str) -> dict[int, di
         rep: {
             r["task"]: r.get("text", "")
             for r in rec.get("requests", [])
-            if workload == ALL or r["workload"] == workload
+            if (workload == ALL or r["workload"] == workload) and r.get("text_exact", True)
         }
         for rep, rec in reps.items()
     }

@@ -12,7 +12,10 @@ Names are also a small grammar so users can ask for arms not in the standard lis
 ``draft-<type>-n<K>``     a draft re-quantised to TYPE with the built llama-quantize (``draft-q4_0-n4``)
 ``exact-n<K>``            the exact profile (``-fa on -ctv q8_0``) with draft n-max K
 ``exact-nr-n<K>``         exact + ``--no-repack`` + ``GGML_CPU_TILED_MM=0``
-``ngram-<type>``          n-gram speculation without a draft model
+``ngram-<type>``          n-gram speculation without a draft model (llama.cpp's defaults for it)
+``ngram-mod-n<K>``        ngram-mod drafting at most K tokens (its default is 48..64)
+``ngram-simple-m<M>``     ngram-simple / ngram-map-k with an M-token draft (default 48)
+``exact-ngram-…``         any of the two above with the exact profile's numerics
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def _none(name: str, description: str, family: str, reference: str, **profile: A
 _DRAFT = re.compile(r"^draft-n(\d+)(?:-p(0(?:\.\d+)?|1(?:\.0+)?))?(?:-nmin(\d+))?$")
 _QUANT = re.compile(r"^draft-(i?q\d[a-z0-9_]*)-n(\d+)$", re.IGNORECASE)
 _EXACT = re.compile(r"^exact-(nr-)?n(\d+)$")
+_NGRAM = re.compile(r"^(exact-)?(ngram-mod)-n(\d+)$|^(exact-)?(ngram-simple|ngram-map-k|ngram-map-k4v)-m(\d+)$")
 
 
 def parse_arm(name: str) -> Arm:
@@ -116,6 +120,26 @@ def parse_arm(name: str) -> Arm:
             draft=qtype,
             family="quant",
         )
+    m = _NGRAM.match(name)
+    if m:
+        exact = bool(m.group(1) or m.group(4))
+        if m.group(2):
+            k = int(m.group(3))
+            prof = {"spec_type": "ngram-mod", "draft_n_max": k, "draft_n_min": 1}
+            desc = f"n-gram speculation ngram-mod, at most {k} tokens per draft (n-min 1)"
+        else:
+            k = int(m.group(6))
+            prof = {"spec_type": m.group(5), "ngram_size_m": k}
+            desc = f"n-gram speculation {m.group(5)}, draft m-gram of {k} tokens"
+        if exact:
+            return Arm(
+                name,
+                f"exact profile (-fa on -ctv q8_0), {desc}",
+                {**prof, **EXACT_CACHE},
+                reference="exact-baseline",
+                family="exact",
+            )
+        return Arm(name, desc, prof, family="ngram")
     m = _EXACT.match(name)
     if m:
         nr, k = bool(m.group(1)), int(m.group(2))
@@ -212,6 +236,8 @@ def standard_arm_names(
     exact_n_max: tuple[int, ...] = (2,),
     exact_nr_n_max: tuple[int, ...] = (3, 8),
     cli: bool = True,
+    ngram_short: tuple[str, ...] = ("ngram-mod-n8", "ngram-simple-m8"),
+    exact_ngram: tuple[str, ...] = ("exact-ngram-mod-n2",),
 ) -> list[str]:
     """The arms of the ticket, in the order they run within one repetition.
 
@@ -223,11 +249,16 @@ def standard_arm_names(
     names += [f"draft-n8-p{p:g}" for p in p_min]
     names += [f"draft-n8-nmin{m}" for m in n_min]
     names += list(NGRAM_TYPES_STANDARD)
+    names += list(ngram_short)
     names.append("baseline-again")
     names += [f"draft-{q.lower()}-n{quant_n_max}" for q in quants]
     if exact_n_max:
         names.append("exact-baseline")
         names += [f"exact-n{k}" for k in exact_n_max]
+    if exact_ngram:
+        if "exact-baseline" not in names:
+            names.append("exact-baseline")
+        names += list(exact_ngram)
     if exact_nr_n_max:
         names.append("exact-nr-baseline")
         names += [f"exact-nr-n{k}" for k in exact_nr_n_max]

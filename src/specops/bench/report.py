@@ -188,6 +188,80 @@ def plots(
 
 
 # ---- markdown --------------------------------------------------------------------------------
+def findings(
+    results: Mapping[str, Mapping[str, ArmWorkload]],
+    arm_defs: Mapping[str, Mapping[str, Any]],
+    ceiling: Mapping[str, Any] | None,
+) -> list[str]:
+    """Plain statements computed from the numbers (no hand-written conclusions)."""
+    out: list[str] = []
+    row = lambda arm: results.get(arm, {}).get(ALL)  # noqa: E731
+    again = row("baseline-again")
+    base = row(BASELINE)
+    if again and again.compared:
+        out.append(
+            f"Baseline is {'deterministic' if again.all_identical else 'NOT deterministic'}: "
+            f"a second baseline server reproduced {again.identical}/{again.compared} outputs byte for byte"
+            + (
+                f" (and repetitions of the baseline {base.identical}/{base.compared})."
+                if base and base.compared
+                else "."
+            )
+        )
+    fastest = max(
+        ((a, r) for a, r in ((a, row(a)) for a in arm_defs if a != BASELINE) if r and r.speedup),
+        key=lambda ar: ar[1].speedup.estimate,  # type: ignore[union-attr]
+        default=None,
+    )
+    if fastest:
+        a, r = fastest
+        out.append(
+            f"Fastest arm on all tasks regardless of output: `{a}` at {r.speedup.fmt()}; "  # type: ignore[union-attr]
+            f"identical output on {r.identical}/{r.compared}."
+        )
+    fam: dict[str, list[ArmWorkload]] = {}
+    for a, d in arm_defs.items():
+        r = row(a)
+        if r and r.compared and d.get("profile", {}).get("spec_type") != "none" and d.get("kind") == "server":
+            fam.setdefault(d.get("family", "?"), []).append(r)
+    for f, rows in fam.items():
+        ident = sum(r.identical for r in rows)
+        comp = sum(r.compared for r in rows)
+        out.append(
+            f"Identity, {f} arms: {ident}/{comp} outputs identical to their reference "
+            f"({', '.join(f'{r.arm} {r.identical}/{r.compared}' for r in rows)})."
+        )
+    for ref in ("exact-baseline", "exact-nr-baseline"):
+        r = row(ref)
+        if r and r.speedup:
+            out.append(f"Cost of the `{ref}` numerics without speculation: {r.speedup.fmt()} of baseline speed.")
+    if ceiling and ceiling.get("target"):
+        rel = ceil.relative_for(ceiling, "default")
+        r_cost = ceil.draft_cost_ratio(ceiling, "draft")
+        if rel:
+            best = max(range(1, max(rel)), key=lambda k: ceil.perfect_ceiling(rel, k))
+            out.append(
+                f"Hardware ceiling: verifying k tokens costs c(2)={rel.get(2, float('nan')):.2f}, "
+                f"c(4)={ceil.cost_at(rel, 4):.2f}, c(8)={ceil.cost_at(rel, 8):.2f} decode steps; with every "
+                f"drafted token accepted and a free draft the best is {ceil.perfect_ceiling(rel, best):.2f}× "
+                f"(draft length {best})"
+                + (
+                    f"; with the Q4_K_M draft at {r_cost:.2f} of a target step, "
+                    f"{max(ceil.perfect_ceiling(rel, k, r_cost) for k in range(1, max(rel))):.2f}× at best."
+                    if math.isfinite(r_cost)
+                    else "."
+                )
+            )
+    cli, srv = row("cli-draft-n8"), row("draft-n8")
+    if cli and srv:
+        out.append(
+            f"Cross-check with llama-speculative (draft n-max 8): {_f(cli.decode_tps)} tok/s, acceptance "
+            f"{_f(cli.acceptance, '.2f')}, vs llama-server draft-n8 {_f(srv.decode_tps)} tok/s, acceptance "
+            f"{_f(srv.acceptance, '.2f')}."
+        )
+    return out
+
+
 def markdown(
     plan: Mapping[str, Any],
     results: Mapping[str, Mapping[str, ArmWorkload]],
@@ -247,6 +321,12 @@ def markdown(
             "count means other work shared the CPU during the run: absolute tok/s are then low and noisy; "
             "the interleaved ratios and their intervals are what to read.\n"
         )
+    fs = findings(results, arm_defs, ceiling)
+    if fs:
+        w("## Findings\n")
+        for f in fs:
+            w(f"- {f}")
+        w("")
     w("## Setup\n")
     w(
         f"- llama.cpp build: commit `{plan.get('build_commit')}`, {plan.get('compiler') or ''}; "

@@ -2,7 +2,8 @@
 
 This is **not** llama-server and not a server flag list: ``llama-speculative`` is an example
 program with its own command line (``-m``, ``-md``, ``-f PROMPT_FILE``, ``-n``, ``--temp``,
-``--spec-draft-n-max``, …) that generates once and prints ``decoded N tokens in S seconds`` and
+``--spec-draft-n-max``, ``--no-escape`` so code in prompts stays verbatim, …) that generates
+once and prints ``decoded N tokens in S seconds`` and
 ``n_drafted``/``n_accept`` to stderr. Its argv is built here and checked against the binary's own
 ``--help``. The prompts are the task messages rendered with the target's chat template by the
 server's ``/apply-template`` so both see the same tokens. The text it prints is the prompt followed
@@ -29,7 +30,8 @@ from specops.client import LlamaServerClient
 
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 _ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
-_FIELD = re.compile(r"^\s*(?:\S+:\s+)?(n_draft|n_predict|n_drafted|n_accept)\s*=\s*(\d+)", re.M)
+# log lines may carry a timestamp/level prefix: "0.25.406.467 I n_drafted = 16"
+_FIELD = re.compile(r"^(?:.*\s)?(n_draft|n_predict|n_drafted|n_accept)\s*=\s*(\d+)\s*$", re.M)
 
 # profile key -> llama-speculative flag spellings (first accepted wins)
 _FLAGS: dict[str, tuple[str, ...]] = {
@@ -81,6 +83,7 @@ def speculative_argv(
         str(prompt_file),
         "-n",
         str(max_tokens),
+        "--no-escape",
         "--temp",
         "0",
         "--seed",
@@ -175,7 +178,8 @@ def run_cli_arm(arm: Arm, rep: int, cfg: BenchConfig, store: ResultStore, progre
     with tempfile.TemporaryDirectory(prefix="specops-cli-") as tmp:
         for i, task in enumerate(cfg.tasks, 1):
             pf = Path(tmp) / f"{task.id}.txt"
-            pf.write_text(cfg.prompts[task.id])
+            # -f drops one trailing newline of the file (the chat prompt ends in one): add it back
+            pf.write_text(cfg.prompts[task.id] + "\n")
             profile = {**arm.profile, "draft_threads": cfg.draft_threads}
             argv = speculative_argv(
                 cfg.speculative_binary,

@@ -103,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-tokens", type=int, default=192)
     g.add_argument("--seed", type=int, default=42)
     g.add_argument("--threads", type=int, default=None, help="server threads (default: llama.cpp's)")
-    g.add_argument("--draft-threads", type=int, default=None)
+    g.add_argument("--draft-threads", type=int, default=None, help="draft model threads (default: --threads)")
     g.add_argument("--ctx-size", type=int, default=4096)
     g.add_argument(
         "--max-busy",
@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         reps=args.reps,
         threads=args.threads,
-        draft_threads=args.draft_threads,
+        draft_threads=args.draft_threads if args.draft_threads is not None else args.threads,
         ctx_size=args.ctx_size,
         derived_drafts=derived,
         speculative_binary=prefix / "bin" / "llama-speculative",
@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "reps": args.reps,
         "threads": args.threads,
-        "draft_threads": args.draft_threads,
+        "draft_threads": args.draft_threads if args.draft_threads is not None else args.threads,
         "ctx_size": args.ctx_size,
         "target": str(args.target),
         "target_size": Path(args.target).stat().st_size,
