@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -204,6 +205,16 @@ def _summary(req: dict[str, Any]) -> str:
     return s
 
 
+def _exit_code(server: ServerProcess, grace: float = 3.0) -> int | None:
+    """The server's exit code if it died (a dropped connection is often seen before the exit is)."""
+    if server.proc is None:
+        return None
+    try:
+        return server.proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def run_server_arm(arm: Arm, rep: int, cfg: BenchConfig, store: ResultStore, progress: Progress) -> dict[str, Any]:
     """Run every task once on a fresh llama-server for ``arm``; return (and save) the record."""
     profile = cfg.profile_for(arm)
@@ -250,7 +261,7 @@ def run_server_arm(arm: Arm, rep: int, cfg: BenchConfig, store: ResultStore, pro
                 try:
                     res = stream_chat(http, chat_body(task.chat_messages(), cfg.max_tokens, cfg.seed))
                 except RequestFailed as exc:
-                    code = server.proc.poll() if server.proc else None
+                    code = _exit_code(server)
                     state = f"llama-server exited with code {code}" if code is not None else "llama-server is up"
                     raise fail(
                         f"arm {arm.name} rep {rep}: request for task {task.id} failed ({exc}); {state}."
@@ -274,7 +285,7 @@ def run_server_arm(arm: Arm, rep: int, cfg: BenchConfig, store: ResultStore, pro
             http.close()
         record["spec"] = counter_delta(before, after)
     except (ServerError, RequestFailed, httpx.HTTPError) as exc:
-        code = server.proc.poll() if server.proc else None
+        code = _exit_code(server)
         raise fail(f"arm {arm.name} rep {rep}: server stopped answering ({exc}); exit code {code}") from exc
     finally:
         record["rss"] = sampler.stop()
