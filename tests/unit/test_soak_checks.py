@@ -292,3 +292,21 @@ def test_command_line_builds_the_config() -> None:
     assert [f.label() for f in cfg.faults.faults] == ["kill9", "stop:3", "restart"]
     assert (cfg.faults.first, cfg.faults.interval, cfg.bucket_seconds) == (120, 300, 30)
     assert duration("90") == 90 and duration("1h") == 3600
+
+
+def test_gate_and_pending_keep_load_and_faults_in_step() -> None:
+    now = [50.0]
+    recovered: list[float | None] = [None]
+    inj = Injector(FaultPlan((FaultSpec("kill9"),), recovery_timeout=100), duration=60.0, clock=lambda: now[0],
+                   pid_of=lambda: 42, recovered=lambda e: recovered[0], actions=RecordingActions())
+    assert not inj.pending(now[0])
+    inj.gate.busy = True
+    assert inj.pending(now[0])  # being injected
+    inj.gate.busy = False
+    inj.inject(50.0, FaultSpec("kill9"))
+    assert inj.pending(55.0)  # not recovered yet: the load must go on
+    assert not inj.pending(151.0)  # ... but only until the recovery timeout
+    recovered[0] = 58.0
+    assert not inj.pending(59.0)
+    inj.gate.load_done = True
+    assert not inj.gate.begin_fault()  # no fault once the load has ended

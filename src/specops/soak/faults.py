@@ -98,13 +98,35 @@ class Actions:
         return " ".join(argv)
 
 
+class Gate:
+    """Keeps the load and the faults in step at the end of a run: no fault once the load has ended, and the
+    load does not end while a fault is being injected (the runner keeps sending until it has recovered)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.load_done = False
+        self.busy = False
+
+    def begin_fault(self) -> bool:
+        with self.lock:
+            if self.load_done:
+                return False
+            self.busy = True
+            return True
+
+    def end_fault(self) -> None:
+        with self.lock:
+            self.busy = False
+
+
 class Injector:
     """Runs the plan in a thread: waits for each slot, for the previous fault's recovery, then acts."""
 
     def __init__(self, plan: FaultPlan, duration: float, clock: Callable[[], float],
                  pid_of: Callable[[], int | None], recovered: Callable[[FaultEvent], float | None],
-                 actions: Actions | None = None) -> None:
+                 actions: Actions | None = None, gate: Gate | None = None) -> None:
         self.plan = plan
+        self.gate = gate or Gate()
         self.duration = duration
         self.schedule = plan.schedule(duration)
         self.clock = clock
@@ -157,12 +179,29 @@ class Injector:
         return event
 
     def _run(self) -> None:
+        last_slot = self.duration - self.plan.tail
         for scheduled, spec in self.schedule:
             if not self._wait_until(scheduled):
                 return
-            event = self.inject(scheduled, spec)
+            # a late slot (the previous fault took long to recover) is skipped past the end of the plan
+            if self.clock() > last_slot or not self.gate.begin_fault():
+                return
+            try:
+                event = self.inject(scheduled, spec)
+            finally:
+                self.gate.end_fault()
             if not event.error:
                 self._wait_recovery(event)
+
+    def pending(self, now: float) -> bool:
+        """A fault is being injected, or the last one has not recovered yet (within the recovery timeout)."""
+        if self.gate.busy:
+            return True
+        events = self.snapshot()
+        if not events or events[-1].error:
+            return False
+        last = events[-1]
+        return now <= last.action_end + self.plan.recovery_timeout and self.recovered(last) is None
 
     def start(self, offset: float = 0.0) -> None:
         """Start the plan ``offset`` seconds into the soak (after the references were recorded):

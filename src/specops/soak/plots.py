@@ -23,7 +23,8 @@ def plot(data: dict[str, Any], path: Path) -> Path:
 
     tps = [(x, m["decode_tps"]) for x, m in zip(mx, minutes, strict=True) if m["decode_tps"] is not None]
     if tps:
-        ax_tps.plot(*zip(*tps, strict=True), marker="o", ms=3, label="per minute")
+        per = "per minute" if width == 60.0 else f"per {width:g} s"
+        ax_tps.plot(*zip(*tps, strict=True), marker="o", ms=3, label=per)
     req = [((r["end"]) / 60.0, r["predicted_n"] / r["predicted_ms"] * 1000.0) for r in data["requests"]
            if r["outcome"] != "failed" and r["predicted_ms"]]
     if req:
@@ -51,7 +52,8 @@ def plot(data: dict[str, Any], path: Path) -> Path:
         ax_rss.text(0.5, 0.5, "no RSS samples (server PID unknown)", transform=ax_rss.transAxes, ha="center")
     ax_rss.set_ylabel("server RSS (MB)")
 
-    ax_err.bar(mx, [m["attempt_errors"] for m in minutes], width=0.8, color="tab:red", label="failed attempts")
+    ax_err.bar(mx, [m["attempt_errors"] for m in minutes], width=0.8 * width / 60.0, color="tab:red",
+               label="failed attempts")
     ax_ok = ax_err.twinx()
     ax_ok.plot(mx, [m["requests_ok"] for m in minutes], color="tab:blue", lw=1, label="requests ok")
     ax_err.set_ylim(bottom=0, top=max([1, *(m["attempt_errors"] for m in minutes)]) * 1.15)

@@ -118,6 +118,8 @@ class SoakRunner:
         self._slots_lock = threading.Lock()
         self._slots_taken = 0
         self._stopped_early = False
+        self._injector: Injector | None = None
+        self._extra = 0
 
     def request_stop(self) -> None:
         """Stop issuing (e.g. on SIGTERM): in-flight requests stop retrying and are recorded as such."""
@@ -139,16 +141,26 @@ class SoakRunner:
         return recovery_time(event, attempts)
 
     def _take_slot(self) -> bool:
-        """One more request may be issued: within the duration, the count, and not stopped."""
+        """One more request may be issued: within the duration and the count, and not stopped. At the bound,
+        a fault in progress or not yet recovered keeps the load going (bounded by the recovery timeout), so
+        every fault's recovery is observed; once the load has ended no fault is injected any more."""
         if self.stop_event.is_set():
             return False
-        if self.config.duration is not None and self.clock() >= self.config.duration:
-            return False
+        within = self.config.duration is None or self.clock() < self.config.duration
         with self._slots_lock:
-            if self.config.max_requests is not None and self._slots_taken >= self.config.max_requests:
-                return False
-            self._slots_taken += 1
-        return True
+            if within and (self.config.max_requests is None or self._slots_taken < self.config.max_requests):
+                self._slots_taken += 1
+                return True
+        injector = self._injector
+        if injector is None:
+            return False
+        with injector.gate.lock:
+            if not injector.gate.load_done and injector.pending(self.clock()):
+                with self._slots_lock:
+                    self._extra += 1
+                return True
+            injector.gate.load_done = True
+        return False
 
     def _one(self, send: Send, kind: str, task: Task, rng: random.Random, sampler: Sampler) -> RequestRecord:
         rec = self.ledger.issue(kind, task.id)
@@ -216,6 +228,7 @@ class SoakRunner:
                     close()
             mixer = workload.Mixer(tasks, [t for t in ref_tasks if t.id in self.refs.ids()],
                                    cfg.reference_interval, cfg.seed)
+            self._injector = injector
             injector.start(offset=self.clock())
             log.info("load starts at %.1fs; faults at %s", self.clock(),
                      ", ".join(f"{t:.0f}s {f.label()}" for t, f in injector.schedule) or "none")
@@ -238,6 +251,8 @@ class SoakRunner:
         ended_unix = time.time()
         result = self._result(run_id, tasks, ref_tasks, injector, sampler, started_unix, ended_unix)
         result.notes.extend(notes)
+        if self._extra:
+            result.notes.append(f"{self._extra} request(s) sent after the bound to see the last fault recover")
         if self._stopped_early:
             result.notes.append("stopped on request (SIGTERM) before the bound")
         return result
