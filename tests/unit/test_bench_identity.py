@@ -52,8 +52,8 @@ def test_compare_counts_and_lists_divergences() -> None:
     res = compare("arm", "baseline", outs, ref)
     assert res.compared == 6 and res.identical == 4
     assert not res.all_identical
-    got = sorted((d.task_id, d.rep, d.byte_pos) for d in res.divergences)
-    assert got == [("t1", 1, 6), ("t2", 0, 3)]
+    got = sorted((d.task_id, d.rep, d.byte_pos, d.kind) for d in res.divergences)
+    assert got == [("t1", 1, 6, "content"), ("t2", 0, 3, "content")]
     assert res.identical_tasks == {"t3"}
 
 
@@ -68,3 +68,10 @@ def test_self_consistency_over_reps() -> None:
     drift = self_consistency("baseline", {0: {"a": "1"}, 1: {"a": "2"}})
     assert not drift.all_identical
     assert self_consistency("baseline", {0: {"a": "1"}}).compared == 0
+
+
+def test_prefix_divergence_is_a_length_difference() -> None:
+    res = compare("cli", "baseline", {0: {"t": "abc def ghi"}}, {"t": "abc def"})
+    (d,) = res.divergences
+    assert d.byte_pos == 7 and d.kind == "length"
+    assert d.to_dict()["kind"] == "length"

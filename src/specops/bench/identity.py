@@ -42,8 +42,14 @@ class Divergence:
     ref_excerpt: str
     out_excerpt: str
 
+    @property
+    def kind(self) -> str:
+        """``content`` (the texts differ at byte_pos) or ``length`` (one is a prefix of the other:
+        a run that stopped earlier or later, e.g. llama-speculative overshooting ``-n``)."""
+        return "length" if self.byte_pos == min(self.ref_len, self.out_len) else "content"
+
     def to_dict(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "kind": self.kind}
 
 
 @dataclass

@@ -435,7 +435,10 @@ def markdown(
         if ALL not in row:
             continue
         divs = row[ALL].divergences
-        where = ", ".join(f"{dv['task_id']}@{dv['rep']}: {dv['byte_pos']}" for dv in divs[:8])
+        where = ", ".join(
+            f"{dv['task_id']}@{dv['rep']}: {dv['byte_pos']}{' (prefix)' if dv.get('kind') == 'length' else ''}"
+            for dv in divs[:8]
+        )
         if len(divs) > 8:
             where += f", … ({len(divs)} in all)"
         w(
@@ -445,6 +448,7 @@ def markdown(
         )
     w("")
 
+    w("(prefix) = one text is a prefix of the other: same tokens, different stopping point.\n")
     w("## Arms\n")
     w("| arm | what | server argv (differences from the base profile) |")
     w("| --- | --- | --- |")
