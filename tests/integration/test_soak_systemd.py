@@ -11,7 +11,6 @@ import pytest
 from tests import lab
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
-pytest_plugins = ["tests.labhost_fixture"]
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "tests" / "fixtures" / "deploy" / "smollm.yml"
