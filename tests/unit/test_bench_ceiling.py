@@ -57,9 +57,7 @@ def test_prediction_from_counters() -> None:
 
 
 def test_llama_bench_argv_and_numerics() -> None:
-    num = Numerics.of_profile(
-        {"flash_attn": "on", "cache_type_v": "q8_0", "repack": False}, {"GGML_CPU_TILED_MM": "0"}
-    )
+    num = Numerics.of_profile({"flash_attn": "on", "cache_type_v": "q8_0", "repack": False}, {"GGML_CPU_TILED_MM": "0"})
     assert num.name == "fa=on,ctv=q8_0,no-repack,GGML_CPU_TILED_MM=0"
     argv = llama_bench_argv("llama-bench", "t.gguf", (1, 2, 3), 256, 5, 2, num)
     assert argv[:5] == ["llama-bench", "-m", "t.gguf", "-p", "1,2,3"]

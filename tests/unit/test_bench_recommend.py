@@ -34,18 +34,14 @@ BASE = {
 
 
 def test_nothing_wins_means_baseline() -> None:
-    res = table(
-        {**BASE, "draft-n8": {"code": (0.7, 0.6, 0.8), "prose": (0.65, 0.6, 0.7), ALL: (0.68, 0.6, 0.75)}}
-    )
+    res = table({**BASE, "draft-n8": {"code": (0.7, 0.6, 0.8), "prose": (0.65, 0.6, 0.7), ALL: (0.68, 0.6, 0.75)}})
     picks = recommend(res, defs("draft-n8"), WLS)
     assert all(p.arm == "baseline" for p in picks.values())
     assert "not faster" in picks[ALL].rejected["draft-n8"]
 
 
 def test_point_estimate_above_one_inside_noise_is_not_a_win() -> None:
-    res = table(
-        {**BASE, "ngram-mod": {"code": (1.05, 0.97, 1.13), "prose": (1.0, 0.9, 1.1), ALL: (1.03, 0.98, 1.08)}}
-    )
+    res = table({**BASE, "ngram-mod": {"code": (1.05, 0.97, 1.13), "prose": (1.0, 0.9, 1.1), ALL: (1.03, 0.98, 1.08)}})
     assert pick(res, defs("ngram-mod"), ALL).arm == "baseline"
 
 

@@ -116,18 +116,14 @@ def test_resume_skips_finished_and_refuses_other_plans(fake_bin: Path, tmp_path:
     run_bench(cfg, arms, store, {"server": run_server_arm}, Progress(6, quiet=True))
     mtime = store.path("baseline", 0).stat().st_mtime_ns
     calls: list[str] = []
-    run_bench(
-        cfg, arms, store, {"server": lambda a, *rest: calls.append(a.name) or {}}, Progress(6, quiet=True)
-    )
+    run_bench(cfg, arms, store, {"server": lambda a, *rest: calls.append(a.name) or {}}, Progress(6, quiet=True))
     assert calls == [] and store.path("baseline", 0).stat().st_mtime_ns == mtime
     other = plan_for(cfg, arms) | {"max_tokens": 99}
     with pytest.raises(StoreError, match="different plan"):
         store.init_plan(other)
 
 
-def test_report_and_inventory_from_results(
-    fake_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_report_and_inventory_from_results(fake_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = make_cfg(fake_bin, tmp_path, reps=2)
     cfg.tasks = load_tasks(limit_per_workload=3)
     store = ResultStore(tmp_path / "work")

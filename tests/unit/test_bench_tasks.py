@@ -52,8 +52,7 @@ def test_missing_file(tmp_path: Path) -> None:
         ('{"id": "", "messages": [{"role": "user", "content": "x"}]}', "'id' must be"),
         ('{"id": "a", "messages": [{"role": "robot", "content": "x"}]}', "role in"),
         (
-            '{"id": "a", "messages": [{"role": "user", "content": "x"}, '
-            '{"role": "assistant", "content": "y"}]}',
+            '{"id": "a", "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}',
             "last message must be from the user",
         ),
         ('{"id": "a", "messages": [{"role": "user", "content": "x"}], "prio": 1}', "unknown key"),
