@@ -131,3 +131,20 @@ def test_launch_settings_both_flag_eras():
     assert not base.speculation_expected
     trap = parse_launch(["llama-server", "-m", "t.gguf", "-md"])  # truncated argv must not crash
     assert trap.draft_model == ""
+
+
+def test_pid_by_cmdline_finds_a_process_by_its_port_argument():
+    import subprocess
+    import sys
+
+    from specops.exporter.process import SystemdPid, pid_by_cmdline
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--port", "65001"])
+    try:
+        assert pid_by_cmdline(65001) == proc.pid
+        # systemctl unusable (here: a missing binary) → PID from the command line, error remembered
+        src = SystemdPid("x.service", systemctl="/nonexistent/systemctl", fallback_port=65001)
+        assert src.find().pid == proc.pid and src.last_error
+    finally:
+        proc.kill()
+        proc.wait()

@@ -70,11 +70,32 @@ def parse_systemctl_show(text: str) -> PidInfo:
                    memory_max_bytes=_int_or_none(props.get("MemoryMax", "")))
 
 
+def pid_by_cmdline(port: int) -> int | None:
+    """The oldest process whose command line says ``--port PORT`` (world-readable /proc/PID/cmdline)."""
+    found: list[tuple[float, int]] = []
+    for proc in psutil.process_iter(["cmdline", "create_time"]):
+        try:
+            argv = proc.info["cmdline"] or []
+        except psutil.Error:
+            continue
+        for i, arg in enumerate(argv):
+            if (arg == "--port" and i + 1 < len(argv) and argv[i + 1] == str(port)) or arg == f"--port={port}":
+                found.append((proc.info["create_time"] or 0.0, proc.pid))
+                break
+    return min(found)[1] if found else None
+
+
 class SystemdPid:
-    def __init__(self, unit: str, systemctl: str = "systemctl", timeout: float = 5.0) -> None:
+    """``systemctl show`` for PID, NRestarts and MemoryMax; if systemd cannot be asked (no D-Bus for this user),
+    the PID alone from the command line of the process serving ``fallback_port``."""
+
+    def __init__(self, unit: str, systemctl: str = "systemctl", timeout: float = 5.0,
+                 fallback_port: int | None = None) -> None:
         self.unit = unit
         self.argv = [systemctl, "show", "-p", "MainPID", "-p", "NRestarts", "-p", "MemoryMax", "--", unit]
         self.timeout = timeout
+        self.fallback_port = fallback_port
+        self.last_error: str | None = None
 
     def describe(self) -> str:
         return f"systemd:{self.unit}"
@@ -82,7 +103,7 @@ class SystemdPid:
     def forget(self) -> None:
         pass
 
-    def find(self) -> PidInfo:
+    def _show(self) -> PidInfo:
         try:
             out = subprocess.run(self.argv, capture_output=True, text=True, timeout=self.timeout, check=False)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -91,6 +112,17 @@ class SystemdPid:
             detail = out.stderr.strip()[:200]
             raise ProcessError("systemctl", f"{' '.join(self.argv)}: rc={out.returncode} {detail}")
         return parse_systemctl_show(out.stdout)
+
+    def find(self) -> PidInfo:
+        try:
+            info = self._show()
+            self.last_error = None
+            return info
+        except ProcessError as exc:
+            self.last_error = str(exc)
+            if self.fallback_port is None:
+                raise
+            return PidInfo(pid_by_cmdline(self.fallback_port))
 
 
 class PortPid:
@@ -118,7 +150,10 @@ class PortPid:
                 with contextlib.suppress(psutil.Error):
                     self._cached = psutil.Process(c.pid)
                     return PidInfo(c.pid)
-        return PidInfo(None)
+        pid = pid_by_cmdline(self.port)  # sockets of other users have no PID without privileges
+        with contextlib.suppress(psutil.Error):
+            self._cached = psutil.Process(pid) if pid else None
+        return PidInfo(pid)
 
 
 class FixedPid:

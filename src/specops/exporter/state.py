@@ -96,7 +96,7 @@ class Snapshot:
 
 def make_pid_source(cfg: ExporterConfig) -> PidSource | None:
     if cfg.unit:
-        return SystemdPid(cfg.unit)
+        return SystemdPid(cfg.unit, fallback_port=cfg.server_port)
     if cfg.pid:
         return FixedPid(cfg.pid)
     if cfg.pid_from_port:
@@ -217,11 +217,15 @@ class Scraper:
         t0 = time.perf_counter()
         try:
             info = self.pid_source.find()
+            systemd_error = getattr(self.pid_source, "last_error", None)
+            if systemd_error:  # PID from the fallback; counted and logged once, not fatal
+                self.selfm.error("process", "systemctl", systemd_error)
             if info.pid is None:
                 self.selfm.error("process", "not_found", f"{self.pid_source.describe()}: no llama-server PID")
                 return info, None
             stats = read_process(info.pid)
-            self.selfm.ok("process")
+            if not systemd_error:
+                self.selfm.ok("process")
             return info, stats
         except ProcessError as exc:
             kind = exc.kind if exc.kind in ("gone", "access_denied", "systemctl") else "other"
