@@ -33,8 +33,10 @@ class Sample:
 def parse_metrics(text: str) -> list[Sample]:
     """Parse Prometheus text exposition with prometheus-client's parser.
 
-    The parser strips ``_total`` from counter *family* names but keeps it on the samples,
-    so samples are returned with their exposed names.
+    The parser strips ``_total`` from counter *family* names but keeps it on the samples, so most
+    samples keep their exposed names. A series the server *types* as a counter without a ``_total``
+    suffix (``llamacpp:n_tokens_max``) comes back as ``..._total``. No body-size cap here: long-running
+    scrapers (the exporter) use their own capped fetcher.
     """
     samples: list[Sample] = []
     for family in text_string_to_metric_families(text):
