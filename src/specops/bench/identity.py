@@ -10,20 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from specops.textdiff import first_difference
+
 
 def first_divergence(a: str, b: str) -> int | None:
-    """Byte offset of the first difference of the UTF-8 encodings; None when identical.
-
-    When one text is a prefix of the other, the offset is the shorter length.
-    """
-    ab, bb = a.encode("utf-8"), b.encode("utf-8")
-    if ab == bb:
-        return None
-    n = min(len(ab), len(bb))
-    for i in range(n):
-        if ab[i] != bb[i]:
-            return i
-    return n
+    """Byte offset of the first difference of the UTF-8 encodings; None when identical."""
+    return first_difference(a.encode("utf-8"), b.encode("utf-8"))
 
 
 def _excerpt(text: str, byte_pos: int, width: int = 24) -> str:

@@ -6,19 +6,12 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specops.textdiff import first_difference
+
 
 def first_divergence(expected: str, got: str) -> int | None:
-    """Index of the first differing character; ``None`` when identical.
-
-    When one text is a prefix of the other, the divergence is at the shorter one's length.
-    """
-    if expected == got:
-        return None
-    n = min(len(expected), len(got))
-    for i in range(n):
-        if expected[i] != got[i]:
-            return i
-    return n
+    """Index of the first differing character; ``None`` when identical."""
+    return first_difference(expected, got)
 
 
 @dataclass(frozen=True)
