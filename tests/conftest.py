@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,3 +68,34 @@ def start_server(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Path,
         server.stop()
         if failed:
             print(f"\n----- {server.log_path} (kept) -----\n{server.log_tail(60)}")
+
+
+class Processes:
+    """Helper processes a test starts (exporters, Prometheus); stopped in reverse order afterwards."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, argv: list[str], log: Path, **kw: object) -> subprocess.Popen[bytes]:
+        fh = log.open("wb")
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, **kw)  # type: ignore[call-overload]
+        fh.close()
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    p = Processes()
+    yield p
+    p.stop()

@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -57,35 +55,6 @@ def prometheus_config(tmp: Path, exporter_port: int) -> Path:
     path = tmp / "prometheus.yml"
     path.write_text(yaml.safe_dump(cfg))
     return path
-
-
-class Processes:
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, argv: list[str], log: Path, **kw: object) -> subprocess.Popen[bytes]:
-        fh = log.open("wb")
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, **kw)  # type: ignore[call-overload]
-        fh.close()
-        self.procs.append(proc)
-        return proc
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-
-
-@pytest.fixture
-def processes() -> Iterator[Processes]:
-    p = Processes()
-    yield p
-    p.stop()
 
 
 def query(prom: str, expr: str) -> list[dict]:

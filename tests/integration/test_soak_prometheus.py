@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -32,26 +31,6 @@ PROM_DIR = REPO / "configs" / "prometheus"
 ALERTS = PROM_DIR / "rules" / "specops-alerts.yml"
 
 
-@pytest.fixture
-def children(tmp_path: Path) -> Iterator[Callable[[list[str], str], subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(argv: list[str], name: str) -> subprocess.Popen[bytes]:
-        with (tmp_path / f"{name}.log").open("wb") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in reversed(procs):
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -65,12 +44,13 @@ def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def test_soak_reads_the_exporter_and_evaluates_the_alert_rules(
-        start_server: Callable[..., ServerProcess], smollm: Path, tmp_path: Path, children) -> None:  # type: ignore[no-untyped-def]
+        start_server: Callable[..., ServerProcess], smollm: Path, tmp_path: Path, processes) -> None:  # type: ignore[no-untyped-def]
     assert shutil.which("prometheus"), "prometheus is installed by scripts/bootstrap"
     server = start_server(draft_model=str(smollm), threads=1)
     exporter_port, prom_port = free_port(), free_port()
-    children([sys.executable, "-m", "specops.exporter", "--server-url", server.base_url, "--listen-port",
-              str(exporter_port), "--interval", "1", "--timeout", "1", "--pid", str(server.pid)], "exporter")
+    exporter = [sys.executable, "-m", "specops.exporter", "--server-url", server.base_url, "--listen-port",
+                str(exporter_port), "--interval", "1", "--timeout", "1", "--pid", str(server.pid)]
+    processes.start(exporter, tmp_path / "exporter.log")
     cfg = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
     cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     cfg["rule_files"] = [str(PROM_DIR / f) for f in cfg["rule_files"]]
@@ -78,8 +58,10 @@ def test_soak_reads_the_exporter_and_evaluates_the_alert_rules(
                                     static_configs=[{"targets": [f"127.0.0.1:{exporter_port}"]}])
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg))
     prom = f"http://127.0.0.1:{prom_port}"
-    children(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-              f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"], "prometheus")
+    prometheus = ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                  f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
+                  "--log.level=warn"]
+    processes.start(prometheus, tmp_path / "prometheus.log")
     wait_for(lambda: httpx.get(f"{prom}/api/v1/query", params={"query": "llamacpp_up"}).json()["data"]["result"]
              [0]["value"][1] == "1", 120, "Prometheus to see llamacpp_up 1 through the exporter")
 
