@@ -71,6 +71,15 @@ def _ident(aw: ArmWorkload) -> str:
 
 
 # ---- plots -----------------------------------------------------------------------------------
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plots(
     results: Mapping[str, Mapping[str, ArmWorkload]],
     arm_defs: Mapping[str, Mapping[str, Any]],
@@ -124,11 +133,7 @@ def plots(
     if first.get_legend_handles_labels()[0]:
         first.legend(fontsize=7)
     fig.suptitle("Speedup vs draft length (95% CI; dotted: n-gram arms)")
-    fig.tight_layout()
-    p = out_dir / "speedup_vs_draft_length.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    made.append(p)
+    made.append(_save(fig, out_dir / "speedup_vs_draft_length.png"))
 
     # 2. per-position acceptance (unconditional: accepted at position i / drafts)
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -146,11 +151,7 @@ def plots(
     ax.set_title("Per-position acceptance (all tasks)")
     if any_line:
         ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    p = out_dir / "acceptance_per_position.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    made.append(p)
+    made.append(_save(fig, out_dir / "acceptance_per_position.png"))
 
     # 3. the hardware ceiling
     if ceiling and ceiling.get("target"):
@@ -179,11 +180,7 @@ def plots(
         a2.set_ylabel("speedup ceiling")
         a2.legend(fontsize=6)
         fig.suptitle("Hardware ceiling (llama-bench, target model)")
-        fig.tight_layout()
-        p = out_dir / "hardware_ceiling.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        made.append(p)
+        made.append(_save(fig, out_dir / "hardware_ceiling.png"))
     return made
 
 
