@@ -29,9 +29,7 @@ def llama_build() -> lab.LlamaBuild:
     """llama.cpp built through the real role (cached per machine), or $SPECOPS_LLAMA_PREFIX."""
     prefix = os.environ.get("SPECOPS_LLAMA_PREFIX")
     if prefix:
-        return lab.installed_build(Path(prefix).parent) if Path(prefix).name == "current" else \
-            lab.LlamaBuild(Path(prefix), Path(prefix) / "bin" / "llama-server",
-                           lab.Capabilities.load(Path(prefix) / "capabilities.json"), {})
+        return lab.build_at(Path(prefix))
     run = lab.build_llama_cpp()
     if run.rc != 0:
         pytest.fail(f"building llama.cpp through roles/llama_cpp failed:\n{run.output[-6000:]}")

@@ -73,11 +73,17 @@ class LlamaBuild:
         return self.prefix / "bin" / name
 
 
-def installed_build(root: Path = LAB_INSTALL_ROOT) -> LlamaBuild:
-    prefix = (root / "current").resolve()
+def build_at(prefix: Path) -> LlamaBuild:
+    """The install at ``prefix`` (a build-id directory or a ``current`` link)."""
+    prefix = prefix.resolve()
+    info = prefix / "build-info.json"
     return LlamaBuild(prefix=prefix, server=prefix / "bin" / "llama-server",
                       caps=Capabilities.load(prefix / "capabilities.json"),
-                      info=json.loads((prefix / "build-info.json").read_text()))
+                      info=json.loads(info.read_text()) if info.exists() else {})
+
+
+def installed_build(root: Path = LAB_INSTALL_ROOT) -> LlamaBuild:
+    return build_at(root / "current")
 
 
 def model_path(name: str) -> Path:
