@@ -54,12 +54,18 @@ def ansible_playbook(playbook: str, *args: str, inventory: str | None = None, ti
     return PlaybookRun(proc.returncode, proc.stdout + proc.stderr)
 
 
-def build_llama_cpp(*extra: str) -> PlaybookRun:
+def build_llama_cpp(*extra: str, root: Path = LAB_INSTALL_ROOT, timeout: int = 3600) -> PlaybookRun:
     """Build through the real role; a lock keeps parallel test sessions from building at once."""
     LAB_INSTALL_ROOT.parent.mkdir(parents=True, exist_ok=True)
     with (LAB_INSTALL_ROOT.parent / "build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return ansible_playbook("playbooks/build.yml", "-e", f"llama_cpp_install_root={LAB_INSTALL_ROOT}", *extra)
+        return ansible_playbook("playbooks/build.yml", "-e", f"llama_cpp_install_root={root}", *extra,
+                                timeout=timeout)
+
+
+def backend_root(backend: str) -> Path:
+    """Install root of the lab's GPU-backend builds (kept apart from the CPU build the suite uses)."""
+    return cache_dir() / "lab" / "backends" / backend
 
 
 @dataclass

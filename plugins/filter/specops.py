@@ -16,6 +16,7 @@ from ansible.errors import AnsibleFilterError
 from specops.argv import FlagError, build_argv, systemd_line
 from specops.buildopts import BuildOptionError, build_id, cmake_args, cmake_options
 from specops.capabilities import Capabilities, parse_help, parse_version
+from specops.devices import device_problem
 from specops.fetch import catalog
 from specops.probe import summarize_probe
 from specops.profile import ProfileError, ServerProfile
@@ -70,6 +71,12 @@ def specops_model_file(name: str, models: list | None = None) -> str:
     return known[name].file
 
 
+def specops_device_problem(run: dict, backend: str) -> str:
+    """'' when a registered ``llama-server --list-devices`` result shows a device of ``backend``, else why not."""
+    output = str(run.get("stdout", "")) + "\n" + str(run.get("stderr", ""))
+    return device_problem(backend, output, int(run.get("rc", 0)))
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -81,4 +88,5 @@ class FilterModule:
             "specops_cmake_args": specops_cmake_args,
             "specops_probe_summary": summarize_probe,
             "specops_model_file": specops_model_file,
+            "specops_device_problem": specops_device_problem,
         }

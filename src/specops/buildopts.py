@@ -48,7 +48,8 @@ TOOLCHAINS: dict[str, list[tuple[str, str]]] = {
     "cuda": [("nvcc", "install the CUDA toolkit (nvcc) and put it on PATH or set llama_cpp_cuda_home"),
              ("cublas", "install cuBLAS (CUDA toolkit, or the nvidia-cublas PyPI wheel; "
                         "set llama_cpp_cuda_library_dirs)")],
-    "vulkan": [("glslc", "apt-get install glslc"), ("vulkan-headers", "apt-get install libvulkan-dev")],
+    "vulkan": [("glslc", "apt-get install glslc"), ("vulkan-headers", "apt-get install libvulkan-dev"),
+               ("spirv-headers", "apt-get install spirv-headers")],
     "hip": [("hipcc", "install ROCm (hipcc, rocBLAS, hipBLAS) and set llama_cpp_rocm_path")],
     "metal": [("macos", "Metal builds need macOS with Xcode command line tools")],
     "sycl": [("icpx", "install the Intel oneAPI Base Toolkit and source setvars.sh (icx/icpx)")],
