@@ -74,3 +74,14 @@ def test_workload_defaults_to_file_stem_and_duplicates_rejected(tmp_path: Path) 
     g.write_text('{"id": "s1", "messages": [{"role": "user", "content": "hey"}]}\n')
     with pytest.raises(TaskError, match="duplicate task id 's1'"):
         load_tasks([f, g])
+
+
+def test_systematic_sample_keeps_every_kth_task_of_each_workload() -> None:
+    full = load_tasks()
+    sample = load_tasks(sample_every=4)
+    for wl in workloads_of(full):
+        ids = [t.id for t in full if t.workload == wl]
+        assert [t.id for t in sample if t.workload == wl] == ids[::4]
+    assert load_tasks(sample_every=1) == full
+    with pytest.raises(TaskError, match="K >= 1"):
+        load_tasks(sample_every=0)

@@ -282,6 +282,14 @@ def markdown(
         f"{(m.get('mem_bytes') or 0) / 2**30:.0f} GiB RAM, {m.get('os')}, no GPU. "
         f"Run {plan.get('started_at', '?')}{' (limited smoke run)' if plan.get('limited') else ''}.\n"
     )
+    if plan.get("sample_every"):
+        counts = plan.get("workload_counts", {})
+        w(
+            f"Tasks: a systematic 1-in-{plan['sample_every']} sample of the task set (tasks 1, "
+            f"{1 + plan['sample_every']}, {1 + 2 * plan['sample_every']}, ... of each workload: "
+            + ", ".join(f"{n} {wl}" for wl, n in counts.items())
+            + "), chosen by position, not by result, to fit the run into the time this machine allows.\n"
+        )
     w("## Verdict\n")
     if deploy is not None:
         if deploy.arm == BASELINE:

@@ -103,11 +103,13 @@ def load_tasks(
     paths: list[str | Path] | None = None,
     workloads: list[str] | None = None,
     limit_per_workload: int | None = None,
+    sample_every: int | None = None,
 ) -> list[Task]:
     """Load task files (the standard set when ``paths`` is empty), checked for duplicate ids.
 
     ``workloads`` keeps only those workloads; ``limit_per_workload`` keeps the first N of each
-    (for smoke runs: a limited run is recorded as such in the results).
+    (for smoke runs: a limited run is recorded as such in the results); ``sample_every`` K keeps tasks
+    1, 1+K, 1+2K, ... of each workload, a systematic sample that keeps each file's mix (e.g. generate vs edit).
     """
     files = [Path(p) for p in paths] if paths else standard_files()
     if not files:
@@ -126,6 +128,16 @@ def load_tasks(
         if missing:
             raise TaskError(f"workload(s) {missing} not in the task set; known: {known}")
         tasks = [t for t in tasks if t.workload in workloads]
+    if sample_every is not None:
+        if sample_every < 1:
+            raise TaskError("sample every K tasks needs K >= 1")
+        seen_n: dict[str, int] = {}
+        sampled = []
+        for t in tasks:
+            if seen_n.get(t.workload, 0) % sample_every == 0:
+                sampled.append(t)
+            seen_n[t.workload] = seen_n.get(t.workload, 0) + 1
+        tasks = sampled
     if limit_per_workload is not None:
         if limit_per_workload < 1:
             raise TaskError("limit per workload must be >= 1")

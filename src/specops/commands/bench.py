@@ -80,6 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--workloads", type=_strs, default=(), help="only these workloads (comma list)")
     g.add_argument("--limit-per-workload", type=int, default=None, help="first N tasks of each workload (smoke)")
+    g.add_argument("--sample-every", type=int, default=None, metavar="K",
+                   help="systematic sample: tasks 1, 1+K, 1+2K, ... of each workload (keeps each file's mix; "
+                   "for machines too slow for the whole set)")
     g = p.add_argument_group("arms")
     g.add_argument("--arms", default="standard", help="comma list of arm names, or 'standard' (see --list-arms)")
     g.add_argument("--list-arms", action="store_true", help="print the standard arms and exit")
@@ -196,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
     try:
         arms = armsmod.select_arms(arm_names(args))
-        tasks = load_tasks(args.tasks, list(args.workloads) or None, args.limit_per_workload)
+        tasks = load_tasks(args.tasks, list(args.workloads) or None, args.limit_per_workload, args.sample_every)
     except (armsmod.ArmError, TaskError) as exc:
         _err(str(exc))
         return 2
@@ -257,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
         "task_set_digest": task_set_digest(tasks),
         "workload_counts": {w: counts[w] for w in workloads_of(tasks)},
         "limited": args.limit_per_workload is not None or bool(args.workloads),
+        "sample_every": args.sample_every,
         "max_tokens": args.max_tokens,
         "seed": args.seed,
         "reps": args.reps,
