@@ -86,14 +86,15 @@ def header_for(arm: str, reason: str, rule: str, report: str) -> str:
     )
 
 
-def apply(vars_file: Path, playbook: Path, inventory: Path | None, extra: list[str] | None = None) -> int:
+def apply(vars_file: Path, playbook: Path, inventory: Path | list[Path] | None,
+          extra: list[str] | None = None) -> int:
     """Run the deploy playbook with the vars file as extra vars; returns its exit code."""
     if not playbook.exists():
         raise ApplyError(f"deploy playbook {playbook} not found; pass --playbook")
     exe = Path(sys.executable).with_name("ansible-playbook")
     cmd = [str(exe if exe.exists() else "ansible-playbook")]
-    if inventory:
-        cmd += ["-i", str(inventory)]
+    for inv in [inventory] if isinstance(inventory, Path) else inventory or []:
+        cmd += ["-i", str(inv)]
     cmd += [str(playbook), "-e", f"@{vars_file}", *(extra or [])]
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
     return subprocess.run(cmd, check=False).returncode

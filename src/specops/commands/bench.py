@@ -139,7 +139,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-vars", action="store_true", help="do not write inventory variables")
     g.add_argument("--apply", action="store_true", help="re-deploy the service with the recommendation")
     g.add_argument("--playbook", type=Path, default=Path("deploy.yml"))
-    g.add_argument("--inventory", type=Path, default=Path("inventory/hosts.yml"))
+    g.add_argument("--inventory", type=Path, action="append", default=None,
+                   help="inventory for --apply (repeatable; default inventory/hosts.yml)")
+    g.add_argument("--deploy-var", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra variable for the --apply deploy (repeatable), e.g. llama_cpp_install_root=/opt/x")
 
 
 def _err(msg: str) -> None:
@@ -177,7 +180,8 @@ def _report(args: argparse.Namespace, store: ResultStore, partial: bool = False)
         print(f"inventory variables: {out.vars_file}")
     if args.apply and out.vars_file:
         try:
-            return apply(out.vars_file, args.playbook, args.inventory)
+            extra = [x for kv in args.deploy_var for x in ("-e", kv)]
+            return apply(out.vars_file, args.playbook, args.inventory or [Path("inventory/hosts.yml")], extra)
         except ApplyError as exc:
             _err(str(exc))
             return 2
