@@ -46,6 +46,7 @@ from typing import Any
 import psutil
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from specops.devices import DeviceError, parse_list_devices, require_device
 from specops.ggufmeta import GGUFInfo, read
 
 MIB = 1024 * 1024
@@ -266,14 +267,26 @@ def gpu_memory(gpus: list[dict[str, int]], source: str) -> Memory:
                   source, gpus)
 
 
+def devices_memory(backend: str, list_devices_output: str) -> Memory:
+    """GPU memory of ``backend``'s devices from ``llama-server --list-devices`` (any GPU backend, e.g. Vulkan)."""
+    try:
+        devs = require_device(backend, parse_list_devices(list_devices_output), list_devices_output)
+    except DeviceError as exc:
+        raise FitError(f"{exc}; or pass --memory-mib") from None
+    return gpu_memory([{"total_mib": d.total_mib, "free_mib": d.free_mib} for d in devs],
+                      "llama-server --list-devices")
+
+
 def measure_memory(backend: str, basis: str = "available", *, memory_mib: float | None = None,
-                   nvidia_smi_output: str | None = None) -> Memory:
+                   nvidia_smi_output: str | None = None, list_devices_output: str | None = None) -> Memory:
     backend = backend.lower()
-    kind = "GPU" if backend in GPU_BACKENDS else "host RAM"
+    kind = "GPU" if backend in GPU_BACKENDS or list_devices_output is not None else "host RAM"
     if memory_mib is not None:
         return Memory(kind, int(memory_mib * MIB), int(memory_mib * MIB), "given (--memory-mib)")
     if nvidia_smi_output is not None:
         return gpu_memory(parse_nvidia_smi(nvidia_smi_output), "nvidia-smi output given")
+    if list_devices_output is not None:
+        return devices_memory(backend, list_devices_output)
     if backend == "cuda":
         q = ["nvidia-smi", "--query-gpu=memory.total,memory.used", "--format=csv,noheader,nounits"]
         return gpu_memory(parse_nvidia_smi(_run(q)), "nvidia-smi")

@@ -150,3 +150,15 @@ def test_cli_exit_codes(model: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["fit", str(tmp_path / "nope.gguf")]) == 2
     assert "no such file" in capsys.readouterr().err
     assert main(["fit", str(model), "--nvidia-smi-output", "garbage", "--backend", "cuda"]) == 2
+
+
+def test_gpu_memory_from_llama_server_list_devices() -> None:
+    from specops.fit import measure_memory
+
+    out = ("Available devices:\n  Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31) (24560 MiB, 23000 MiB free)\n"
+           "  Vulkan1: llvmpipe (LLVM 15.0.6, 256 bits) (23000 MiB, 22000 MiB free)\n")
+    mem = measure_memory("vulkan", list_devices_output=out)
+    assert mem.kind == "GPU" and mem.source == "llama-server --list-devices"
+    assert mem.available == (23000 + 22000) * 2**20 and mem.total == (24560 + 23000) * 2**20
+    with pytest.raises(FitError, match="finds no cuda device"):
+        measure_memory("cuda", list_devices_output=out)

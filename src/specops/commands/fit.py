@@ -44,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-mib", type=float, help="check against this much memory instead of measuring "
                    "(e.g. the deploy host's, from Ansible facts)")
     p.add_argument("--nvidia-smi-output", help="nvidia-smi CSV (total, used) captured on the deploy host")
+    p.add_argument("--devices-output", type=Path,
+                   help="`llama-server --list-devices` output captured on the deploy host: GPU memory of the "
+                        "--backend's devices (works for vulkan, sycl, metal too)")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
 
 
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         memory = measure_memory(args.backend, args.memory_basis, memory_mib=args.memory_mib,
-                                nvidia_smi_output=args.nvidia_smi_output)
+                                nvidia_smi_output=args.nvidia_smi_output,
+                                list_devices_output=args.devices_output.read_text() if args.devices_output else None)
         report = estimate(args.target, args.draft, params, memory)
     except (FitError, GGUFError) as exc:
         if args.json:
