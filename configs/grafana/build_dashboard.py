@@ -90,8 +90,11 @@ ROWS: list[tuple[str, list[Panel]]] = [
               width=12),
     ]),
     ("Process", [
-        Panel("Resident memory", [(f"llamacpp_process_resident_memory_bytes{{{SEL}}}", "{{instance}} RSS")],
-              unit="bytes"),
+        Panel("Resident memory", [(f"llamacpp_process_resident_memory_bytes{{{SEL}}}", "{{instance}} RSS"),
+                                  (f"llamacpp_process_anonymous_memory_bytes{{{SEL}}}", "{{instance}} anonymous")],
+              unit="bytes",
+              description="RSS includes the mmapped model weights, which page in over time; a leak shows in "
+                          "anonymous memory (heap, KV and prompt caches, bounded by --cache-ram)."),
         Panel("GPU memory (nvidia-smi)",
               [(f"llamacpp_process_gpu_memory_bytes{{{SEL}}}", "{{instance}} {{gpu_uuid}}")], unit="bytes",
               description="Only on hosts with nvidia-smi."),

@@ -128,6 +128,8 @@ def build_argv(profile: ServerProfile, caps: Capabilities, binary: str = "llama-
         argv += [_need(caps, "cache_type_v", "--cache-type-v", "-ctv"), p.cache_type_v]
     if p.repack is False:
         argv.append(_need(caps, "repack=false", "--no-repack", "-nr"))
+    if p.cache_ram_mib is not None:
+        argv += [_need(caps, "cache_ram_mib", "--cache-ram", "-cram"), str(p.cache_ram_mib)]
     if p.metrics:
         argv.append(_need(caps, "metrics", "--metrics"))
     if p.slots and _pick(caps, "--slots"):

@@ -146,6 +146,7 @@ class FitParams:
     flash_attn: bool = True
     draft_n_max: int = 3
     margin: str = DEFAULT_MARGIN
+    prompt_cache_mib: int = 0  # llama-server --cache-ram: host RAM its prompt cache may fill (default 8192)
 
 
 @dataclass
@@ -332,6 +333,11 @@ def estimate(target: str | Path, draft: str | Path | None, params: FitParams, me
     out = sum(s.n_vocab * 4 * outputs for _r, s, _k, _v, outputs in roles)
     items.append(Item("output buffers", out, "logits rows × n_vocab × 4 B"))
     items.append(Item("runtime overhead", OVERHEAD, "process, libraries, threads, HTTP (fixed)"))
+    if params.prompt_cache_mib > 0 and memory.kind == "host RAM":
+        items.append(Item("prompt cache", params.prompt_cache_mib * MIB,
+                          "--cache-ram: saved prompt states fill host RAM up to this bound as requests vary"))
+    elif params.prompt_cache_mib < 0:
+        notes.append("--cache-ram -1: the prompt cache is unbounded; host RAM use grows with distinct prompts")
     if n_ctx > tshape.context_length > 0:
         notes.append(f"--ctx-size {n_ctx} exceeds the target's training context {tshape.context_length}")
     needed = sum(i.bytes for i in items)

@@ -52,6 +52,7 @@ class ServerProfile:
     cache_type_k: str | None = None
     cache_type_v: str | None = None
     repack: bool | None = None
+    cache_ram_mib: int | None = None  # llama-server's prompt cache in host RAM (its default: 8192 MiB)
     metrics: bool = True
     slots: bool = True
     alias: str | None = None

@@ -91,3 +91,10 @@ def test_systemd_quoting():
     line = systemd_line(["/opt/x/llama-server", "-m", "/srv/my models/a.gguf", "--alias", "50%$"])
     assert '"/srv/my models/a.gguf"' in line
     assert "50%%$$" in line
+
+
+def test_prompt_cache_bound_is_passed_only_when_set():
+    argv = build_argv(ServerProfile.from_dict({"model": "t", "cache_ram_mib": 1024}), CURRENT)
+    assert opt(argv, "--cache-ram") == "1024"
+    assert "--cache-ram" not in build_argv(ServerProfile.from_dict({"model": "t"}), CURRENT)
+    assert opt(build_argv(ServerProfile.from_dict({"model": "t", "cache_ram_mib": 0}), CURRENT), "--cache-ram") == "0"

@@ -310,3 +310,22 @@ def test_gate_and_pending_keep_load_and_faults_in_step() -> None:
     assert not inj.pending(59.0)
     inj.gate.load_done = True
     assert not inj.gate.begin_fault()  # no fault once the load has ended
+
+
+def test_rss_check_on_anonymous_memory_with_a_prompt_cache_allowance() -> None:
+    seg = {"pid": 7, "first_mb": 1000.0, "last_mb": 1210.0, "span_s": 1200.0, "slope_mb_per_hour": 630.0}
+    anon = {"judged": seg, "series": "anon_bytes"}
+    c = check_rss(anon, True, Thresholds(max_rss_mb_per_hour=100, rss_allowance_mb=1024))
+    assert c.status == PASS and "anonymous memory" in c.detail and "within the 1024 MB allowance" in c.detail
+    c = check_rss(anon, True, Thresholds(max_rss_mb_per_hour=100, rss_allowance_mb=128))
+    assert c.status == FAIL and "growth 210 MB beyond the 128 MB allowance" in c.detail
+    assert "RSS of PID 7" in check_rss({"judged": seg}, True, Thresholds(max_rss_mb_per_hour=100)).detail
+
+
+def test_prompt_cache_bound_comes_from_the_server_command_line() -> None:
+    from specops.exporter.process import prompt_cache_bound_mib
+
+    assert prompt_cache_bound_mib(["llama-server", "-m", "t.gguf", "--cache-ram", "1024"]) == 1024
+    assert prompt_cache_bound_mib(["llama-server", "-cram=0"]) == 0
+    assert prompt_cache_bound_mib(["llama-server", "-m", "t.gguf"]) == 8192  # llama.cpp's default
+    assert prompt_cache_bound_mib(["llama-server", "--cache-ram", "-1"]) == float("inf")

@@ -238,3 +238,15 @@ def test_buckets_count_where_requests_end() -> None:
     assert b[0].decode_tps == pytest.approx(20.0) and b[0].acceptance == pytest.approx(0.5)
     assert (b[1].requests_ok, b[1].decode_tps, b[1].acceptance) == (1, pytest.approx(10.0), 1.0)
     assert (b[2].requests_ok, b[2].attempt_errors, b[2].decode_tps, b[2].acceptance) == (0, 1, None, None)
+
+
+def test_anonymous_memory_trend_ignores_samples_without_it() -> None:
+    mb = 1024 * 1024
+    # RSS grows (weights paging in) while anonymous memory stays flat: only RSS has a slope
+    samples = [RssSample(t, 1, (2000 + t // 10) * mb, 900 * mb) for t in range(0, 1200, 10)]
+    samples.append(RssSample(1200, 1, 2200 * mb, None))
+    rss, anon = summarize(samples), summarize(samples, attr="anon_bytes")
+    assert rss["judged"]["slope_mb_per_hour"] == pytest.approx(360.0, rel=0.05)
+    assert anon["series"] == "anon_bytes" and anon["judged"]["samples"] == 120
+    assert anon["judged"]["slope_mb_per_hour"] == pytest.approx(0.0, abs=1e-6)
+    assert summarize([RssSample(0, 1, mb)], attr="anon_bytes")["judged"] is None

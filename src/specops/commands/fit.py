@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), default="auto",
                    help="auto counts as on (llama.cpp enables it where supported)")
     p.add_argument("--spec-draft-n-max", type=int, default=3, help="draft tokens per step (output rows)")
+    p.add_argument("--cache-ram", type=int, default=0, metavar="MIB",
+                   help="llama-server --cache-ram (its default is 8192): host RAM its prompt cache may fill; "
+                        "counted against host RAM (default 0 = not counted)")
     p.add_argument("--backend", default="cpu",
                    help="cpu (host RAM), cuda (nvidia-smi), rocm/hip (rocm-smi), vulkan/metal/... (host RAM "
                         "unless --memory-mib); default cpu")
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
         draft_cache_type_k=args.draft_cache_type_k, draft_cache_type_v=args.draft_cache_type_v,
         ubatch=args.ubatch_size, flash_attn=args.flash_attn != "off", draft_n_max=args.spec_draft_n_max,
-        margin=args.margin,
+        margin=args.margin, prompt_cache_mib=args.cache_ram,
     )
     try:
         memory = measure_memory(args.backend, args.memory_basis, memory_mib=args.memory_mib,

@@ -85,6 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     th.add_argument("--min-tps-ratio", type=float, default=t.min_tps_ratio, help="default %(default)s")
     th.add_argument("--max-acceptance-drop", type=float, default=t.max_acceptance_drop, help="default %(default)s")
     th.add_argument("--max-rss-mb-per-hour", type=float, default=t.max_rss_mb_per_hour, help="default %(default)s")
+    th.add_argument("--rss-allowance-mb", type=float, default=t.rss_allowance_mb,
+                    help="memory growth that is not a leak (default: the server's prompt cache bound, --cache-ram "
+                         "from its command line, 8192 when not given)")
     th.add_argument("--min-rss-span", type=duration, default=t.min_rss_span,
                     help="seconds of one process before the slope is judged (default %(default)s)")
     out = p.add_argument_group("output")
@@ -110,7 +113,8 @@ def config_from_args(args: argparse.Namespace) -> SoakConfig:
         thresholds=Thresholds(max_failed_ratio=args.max_failed_ratio,
                               max_unexplained_errors=args.max_unexplained_errors,
                               min_tps_ratio=args.min_tps_ratio, max_acceptance_drop=args.max_acceptance_drop,
-                              max_rss_mb_per_hour=args.max_rss_mb_per_hour, min_rss_span=args.min_rss_span),
+                              max_rss_mb_per_hour=args.max_rss_mb_per_hour, min_rss_span=args.min_rss_span,
+                              rss_allowance_mb=args.rss_allowance_mb),
         api_key=api_key, run_id=args.run_id,
     )
 

@@ -133,6 +133,10 @@ class SpecopsCollector(Collector):
                          float(p.rss_bytes))
             yield _gauge("llamacpp_process_virtual_memory_bytes", "llama-server virtual memory.",
                          float(p.vms_bytes))
+            if p.anon_bytes is not None:
+                yield _gauge("llamacpp_process_anonymous_memory_bytes",
+                             "llama-server resident memory not backed by files (heap, KV and prompt caches; "
+                             "excludes the mmapped model weights). Leaks show here.", float(p.anon_bytes))
             c = CounterMetricFamily("llamacpp_process_cpu_seconds", "llama-server user + system CPU time.")
             c.add_metric([], p.cpu_seconds)
             yield c

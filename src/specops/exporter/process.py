@@ -44,6 +44,9 @@ class ProcessStats:
     threads: int
     open_fds: int | None  # None when /proc/PID/fd is not readable (another user without ptrace rights)
     cmdline: tuple[str, ...] = field(default=())
+    # resident memory not backed by files (heap, KV and prompt caches); the mmapped model weights are
+    # file-backed and page in as new tokens touch them, so RSS grows for a while without any leak
+    anon_bytes: int | None = None
 
 
 class PidSource(Protocol):
@@ -192,9 +195,10 @@ def read_process(pid: int) -> ProcessStats:
         raise ProcessError("access_denied", f"process {pid}: access denied") from exc
     except psutil.Error as exc:
         raise ProcessError("other", f"process {pid}: {exc}") from exc
+    shared = getattr(mem, "shared", None)  # Linux: RssFile + RssShmem
     return ProcessStats(pid=pid, start_time=start, rss_bytes=int(mem.rss), vms_bytes=int(mem.vms),
                         cpu_seconds=float(cpu.user + cpu.system), threads=int(threads), open_fds=fds,
-                        cmdline=cmdline)
+                        cmdline=cmdline, anon_bytes=None if shared is None else max(0, int(mem.rss - shared)))
 
 
 @dataclass(frozen=True)
@@ -206,6 +210,7 @@ class LaunchSettings:
     spec_type: str = ""  # "" = not given
     draft_n_max: str = ""
     draft_n_min: str = ""
+    cache_ram: str = ""  # --cache-ram MiB ("" = llama.cpp's default)
     spec_default: bool = False
 
     @property
@@ -222,7 +227,20 @@ _VALUE_FLAGS = {
     "--spec-draft-n-max": "draft_n_max", "--draft-max": "draft_n_max", "--draft": "draft_n_max",
     "--draft-n": "draft_n_max",
     "--spec-draft-n-min": "draft_n_min", "--draft-min": "draft_n_min", "--draft-n-min": "draft_n_min",
+    "--cache-ram": "cache_ram", "-cram": "cache_ram",
 }
+# llama-server's prompt cache bound when --cache-ram is not given (common/common.h at the pinned commit)
+DEFAULT_CACHE_RAM_MIB = 8192
+
+
+def prompt_cache_bound_mib(cmdline: tuple[str, ...] | list[str]) -> float:
+    """MiB of host RAM llama-server's prompt cache may fill (0 = disabled; unbounded counts as infinite)."""
+    value = parse_launch(cmdline).cache_ram
+    try:
+        mib = float(value) if value else float(DEFAULT_CACHE_RAM_MIB)
+    except ValueError:
+        return float(DEFAULT_CACHE_RAM_MIB)
+    return float("inf") if mib < 0 else mib
 
 
 def parse_launch(cmdline: tuple[str, ...] | list[str]) -> LaunchSettings:

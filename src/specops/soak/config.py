@@ -75,6 +75,8 @@ class Thresholds:
     max_acceptance_drop: float = 0.15  # early acceptance minus late acceptance
     max_rss_mb_per_hour: float = 100.0
     min_rss_span: float = 600.0  # seconds of one process needed before the RSS slope is judged
+    # growth that is not a leak: the server's bounded prompt cache; None = read --cache-ram from its command line
+    rss_allowance_mb: float | None = None
     rss_warmup: float = 60.0
     max_exporter_consecutive_failures: int = 1
 

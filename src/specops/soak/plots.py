@@ -42,15 +42,21 @@ def plot(data: dict[str, Any], path: Path) -> Path:
     ax_acc.set_ylabel("draft acceptance")
 
     by_pid: dict[int, list[tuple[float, float]]] = {}
-    for t, pid, rss in data["rss_samples"]:
+    anon_by_pid: dict[int, list[tuple[float, float]]] = {}
+    for t, pid, rss, *rest in data["rss_samples"]:
         by_pid.setdefault(pid, []).append((t / 60.0, rss / 2**20))
+        if rest and rest[0] is not None:
+            anon_by_pid.setdefault(pid, []).append((t / 60.0, rest[0] / 2**20))
     for pid, pts in by_pid.items():
-        ax_rss.plot(*zip(*pts, strict=True), lw=1.2, label=f"PID {pid}")
+        line = ax_rss.plot(*zip(*pts, strict=True), lw=1.2, label=f"PID {pid} RSS")
+        if pid in anon_by_pid:
+            ax_rss.plot(*zip(*anon_by_pid[pid], strict=True), lw=1.0, ls="--", color=line[0].get_color(),
+                        label=f"PID {pid} anon")
     if by_pid:
         ax_rss.legend(loc="lower right", fontsize=7, ncol=4)
     else:
         ax_rss.text(0.5, 0.5, "no RSS samples (server PID unknown)", transform=ax_rss.transAxes, ha="center")
-    ax_rss.set_ylabel("server RSS (MB)")
+    ax_rss.set_ylabel("server memory (MB)")
 
     ax_err.bar(mx, [m["attempt_errors"] for m in minutes], width=0.8 * width / 60.0, color="tab:red",
                label="failed attempts")

@@ -92,19 +92,15 @@ def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
                    f"| {_fmt(m['acceptance'], 3)} | {m['faults'] or ''} |")
     out.append("")
 
-    out.append("## Memory (server RSS)\n")
-    trend = data["rss_trend"]
-    if trend["segments"]:
-        out += ["| PID | from (s) | to (s) | samples | first MB | last MB | max MB | slope MB/h |",
-                "|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        out += [f"| {g['pid']} | {g['start']} | {g['end']} | {g['samples']} | {g['first_mb']} | {g['last_mb']} "
-                f"| {g['max_mb']} | {_fmt(g['slope_mb_per_hour'], 2)} |" for g in trend["segments"]]
-        j = trend["judged"]
-        if j:
-            out.append(f"\nJudged: PID {j['pid']} after {trend['warmup_s']:.0f}s warm-up, "
-                       f"{_fmt(j['slope_mb_per_hour'], 2)} MB/h over {j['span_s']:.0f}s.")
-    else:
-        out.append("No RSS samples.")
+    out.append("## Memory (server RSS and anonymous memory)\n")
+    out.append("RSS includes the mmapped model weights, which page in as new tokens touch the embedding table; "
+               "anonymous memory (RSS minus file-backed pages: heap, KV and prompt caches) is where a leak shows, "
+               "and is what the rss_growth check judges when it is known.\n")
+    for title, trend in (("RSS", data["rss_trend"]), ("Anonymous memory", data.get("anon_trend"))):
+        if trend is None:
+            continue
+        out.append(f"**{title}**\n")
+        out += _trend_table(trend)
     gpu = [e["values"].get("gpu_memory_bytes") for e in (data["exporter"] or []) if e.get("values")]
     gpu = [g for g in gpu if g is not None]
     out.append(f"\nGPU memory: {max(gpu) / 2**20:.0f} MB max (exporter)." if gpu
@@ -166,3 +162,18 @@ def write(result: SoakResult, out_dir: str | Path) -> dict[str, Path]:
     paths["json"].write_text(json.dumps(data, indent=1, default=str) + "\n")
     paths["md"].write_text(render_markdown(data, png.name if png else None))
     return paths
+
+
+def _trend_table(trend: dict[str, Any]) -> list[str]:
+    if not trend["segments"]:
+        return ["No samples.", ""]
+    out = ["| PID | from (s) | to (s) | samples | first MB | last MB | max MB | slope MB/h |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out += [f"| {g['pid']} | {g['start']} | {g['end']} | {g['samples']} | {g['first_mb']} | {g['last_mb']} "
+            f"| {g['max_mb']} | {_fmt(g['slope_mb_per_hour'], 2)} |" for g in trend["segments"]]
+    j = trend["judged"]
+    if j:
+        out.append(f"\nJudged: PID {j['pid']} after {trend['warmup_s']:.0f}s warm-up, "
+                   f"{_fmt(j['slope_mb_per_hour'], 2)} MB/h over {j['span_s']:.0f}s.")
+    out.append("")
+    return out

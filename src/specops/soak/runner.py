@@ -3,6 +3,7 @@ the sampler in the background; afterwards the checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import random
@@ -15,7 +16,7 @@ from typing import Any
 
 from specops.bench.tasks import Task, task_set_digest
 from specops.client import LlamaServerClient
-from specops.exporter.process import PidSource
+from specops.exporter.process import PidSource, prompt_cache_bound_mib
 from specops.soak import invariants, timeline, trend, workload
 from specops.soak.accounting import Attempt, Ledger, RequestRecord
 from specops.soak.config import SoakConfig
@@ -64,6 +65,7 @@ class SoakResult:
     buckets: list[timeline.Bucket]
     rss_trend: dict[str, Any]
     rss_samples: list[trend.RssSample]
+    anon_trend: dict[str, Any]
     pid_changes: list[dict[str, Any]]
     nrestarts: list[tuple[float, int]]
     exporter: list[dict[str, Any]] | None
@@ -91,8 +93,8 @@ class SoakResult:
             "hostname": self.hostname, "task_set": self.task_set,
             "summary": self.summary, "checks": [c.to_dict() for c in self.checks],
             "faults": [f.to_dict() for f in self.faults], "minutes": [b.to_dict() for b in self.buckets],
-            "rss_trend": self.rss_trend,
-            "rss_samples": [[round(s.t, 2), s.pid, s.rss_bytes] for s in self.rss_samples],
+            "rss_trend": self.rss_trend, "anon_trend": self.anon_trend,
+            "rss_samples": [[round(s.t, 2), s.pid, s.rss_bytes, s.anon_bytes] for s in self.rss_samples],
             "pid_changes": self.pid_changes, "nrestarts": self.nrestarts, "exporter": self.exporter,
             "sampler_errors": self.sampler_errors[:100], "references": self.references,
             "alerts": self.alerts, "notes": self.notes,
@@ -268,8 +270,11 @@ class SoakRunner:
         duration = ended_unix - started_unix
         buckets = timeline.build(records, duration, [f.t for f in faults], cfg.bucket_seconds)
         rss_trend = trend.summarize(sampler.rss, cfg.thresholds.rss_warmup)
+        anon_trend = trend.summarize(sampler.rss, cfg.thresholds.rss_warmup, attr="anon_bytes")
         had_pid = self.pid_source is not None
         th = cfg.thresholds
+        rss_th = th if th.rss_allowance_mb is not None else dataclasses.replace(
+            th, rss_allowance_mb=prompt_cache_bound_mib(sampler.cmdline) if sampler.cmdline else 0.0)
         checks = [
             invariants.check_accounting(self.ledger.issued, self.ledger.lost()),
             invariants.check_failed(records, th),
@@ -279,7 +284,7 @@ class SoakRunner:
                                         self.refs.checks, th),
             invariants.check_throughput(buckets, th),
             invariants.check_acceptance(buckets, th, self.expect_speculation),
-            invariants.check_rss(rss_trend, had_pid, th),
+            invariants.check_rss(anon_trend if anon_trend["judged"] else rss_trend, had_pid, rss_th),
             invariants.check_restarts(sampler.pid_changes, sampler.nrestarts, faults, had_pid),
             invariants.check_exporter(sampler.exporter if cfg.exporter_url else None, th),
         ]
@@ -291,7 +296,7 @@ class SoakRunner:
             task_set={"tasks": len(tasks), "digest": task_set_digest(tasks),
                       "workloads": sorted({t.workload for t in tasks})},
             summary=self.ledger.summary(), checks=checks, faults=faults, buckets=buckets, rss_trend=rss_trend,
-            rss_samples=list(sampler.rss), pid_changes=[asdict(c) for c in sampler.pid_changes],
+            anon_trend=anon_trend, rss_samples=list(sampler.rss), pid_changes=[asdict(c) for c in sampler.pid_changes],
             nrestarts=list(sampler.nrestarts),
             exporter=[s.to_dict() for s in sampler.exporter] if cfg.exporter_url else None,
             sampler_errors=list(sampler.errors),

@@ -85,6 +85,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self.pid: int | None = None
         self.rss: list[RssSample] = []
+        self.cmdline: tuple[str, ...] = ()  # of the last server process sampled
         self.pid_changes: list[PidChange] = []
         self.nrestarts: list[tuple[float, int]] = []
         self.exporter: list[ExporterSample] = []
@@ -130,7 +131,9 @@ class Sampler:
                     self.pid_source.forget()
             else:
                 with self._lock:
-                    self.rss.append(RssSample(t, pid, stats.rss_bytes))
+                    self.rss.append(RssSample(t, pid, stats.rss_bytes, stats.anon_bytes))
+                    if stats.cmdline:
+                        self.cmdline = stats.cmdline
         if self._http is not None and self.exporter_url is not None:
             sample = scrape_exporter(self._http, self.exporter_url, t)
             with self._lock:

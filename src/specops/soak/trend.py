@@ -1,4 +1,8 @@
-"""RSS trend: least-squares slope in MB/hour, per server process (a restart starts a new segment)."""
+"""Memory trend: least-squares slope in MB/hour, per server process (a restart starts a new segment).
+
+Two series per sample: RSS, and anonymous memory (RSS minus file-backed pages). The model weights are mmapped,
+so RSS also grows while new tokens page in rows of the embedding table: not a leak. Leaks show in anonymous
+memory, which is what the soak judges when the platform reports it."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ class RssSample:
     t: float  # seconds since the start of the soak
     pid: int
     rss_bytes: int
+    anon_bytes: int | None = None
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
@@ -45,39 +50,41 @@ class Segment:
         return self.end - self.start
 
 
-def segments(samples: list[RssSample]) -> list[Segment]:
-    """Split samples into runs of one PID (in time order) and fit each."""
+def segments(samples: list[RssSample], attr: str = "rss_bytes") -> list[Segment]:
+    """Split samples into runs of one PID (in time order) and fit each (``attr``: rss_bytes or anon_bytes)."""
     out: list[Segment] = []
     run: list[RssSample] = []
-    for s in sorted(samples, key=lambda s: s.t):
+    for s in sorted((s for s in samples if getattr(s, attr) is not None), key=lambda s: s.t):
         if run and s.pid != run[-1].pid:
-            out.append(_fit(run))
+            out.append(_fit(run, attr))
             run = []
         run.append(s)
     if run:
-        out.append(_fit(run))
+        out.append(_fit(run, attr))
     return out
 
 
-def _fit(run: list[RssSample]) -> Segment:
-    pts = [(s.t, s.rss_bytes / MB) for s in run]
+def _fit(run: list[RssSample], attr: str = "rss_bytes") -> Segment:
+    pts = [(s.t, getattr(s, attr) / MB) for s in run]
     return Segment(pid=run[0].pid, start=run[0].t, end=run[-1].t, samples=len(run), first_mb=pts[0][1],
                    last_mb=pts[-1][1], max_mb=max(p[1] for p in pts), slope_mb_per_hour=slope_per_hour(pts))
 
 
-def summarize(samples: list[RssSample], warmup: float = 0.0) -> dict[str, Any]:
+def summarize(samples: list[RssSample], warmup: float = 0.0, attr: str = "rss_bytes") -> dict[str, Any]:
     """The trend the invariant judges: the longest PID segment, without its first ``warmup`` seconds
     (model pages and caches settle after start-up and after every restart)."""
-    segs = segments(samples)
+    usable = [s for s in samples if getattr(s, attr) is not None]
+    segs = segments(usable, attr)
     if not segs:
-        return {"segments": [], "judged": None}
+        return {"segments": [], "judged": None, "series": attr}
     longest = max(segs, key=lambda s: s.span)
-    steady = [s for s in samples if s.pid == longest.pid and s.t >= longest.start + warmup]
-    judged = _fit(steady) if len(steady) >= 2 else None
+    steady = [s for s in usable if s.pid == longest.pid and s.t >= longest.start + warmup]
+    judged = _fit(steady, attr) if len(steady) >= 2 else None
     return {
         "segments": [_seg_dict(s) for s in segs],
         "judged": _seg_dict(judged) if judged else None,
         "warmup_s": warmup,
+        "series": attr,
     }
 
 
