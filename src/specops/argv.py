@@ -128,8 +128,9 @@ def build_argv(profile: ServerProfile, caps: Capabilities, binary: str = "llama-
         argv += [_need(caps, "cache_type_v", "--cache-type-v", "-ctv"), p.cache_type_v]
     if p.repack is False:
         argv.append(_need(caps, "repack=false", "--no-repack", "-nr"))
-    if p.cache_ram_mib is not None:
-        argv += [_need(caps, "cache_ram_mib", "--cache-ram", "-cram"), str(p.cache_ram_mib)]
+    # builds from before the prompt cache have no --cache-ram and nothing to bound: the knob is skipped there
+    if p.cache_ram_mib is not None and _pick(caps, "--cache-ram", "-cram"):
+        argv += [_pick(caps, "--cache-ram", "-cram"), str(p.cache_ram_mib)]
     if p.metrics:
         argv.append(_need(caps, "metrics", "--metrics"))
     if p.slots and _pick(caps, "--slots"):

@@ -98,3 +98,9 @@ def test_prompt_cache_bound_is_passed_only_when_set():
     assert opt(argv, "--cache-ram") == "1024"
     assert "--cache-ram" not in build_argv(ServerProfile.from_dict({"model": "t"}), CURRENT)
     assert opt(build_argv(ServerProfile.from_dict({"model": "t", "cache_ram_mib": 0}), CURRENT), "--cache-ram") == "0"
+
+
+def test_prompt_cache_bound_is_skipped_on_builds_without_a_prompt_cache():
+    text = (FIX / "llama-server-0c1e57098" / "llama-server_help.txt").read_text()
+    old = parse_help("\n".join(line for line in text.splitlines() if "--cache-ram" not in line))
+    assert "--cache-ram" not in build_argv(ServerProfile.from_dict({"model": "t", "cache_ram_mib": 1024}), old)
