@@ -129,8 +129,8 @@ def build_argv(profile: ServerProfile, caps: Capabilities, binary: str = "llama-
     if p.repack is False:
         argv.append(_need(caps, "repack=false", "--no-repack", "-nr"))
     # builds from before the prompt cache have no --cache-ram and nothing to bound: the knob is skipped there
-    if p.cache_ram_mib is not None and _pick(caps, "--cache-ram", "-cram"):
-        argv += [_pick(caps, "--cache-ram", "-cram"), str(p.cache_ram_mib)]
+    if p.cache_ram_mib is not None and (flag := _pick(caps, "--cache-ram", "-cram")):
+        argv += [flag, str(p.cache_ram_mib)]
     if p.metrics:
         argv.append(_need(caps, "metrics", "--metrics"))
     if p.slots and _pick(caps, "--slots"):

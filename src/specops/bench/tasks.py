@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -131,24 +132,24 @@ def load_tasks(
     if sample_every is not None:
         if sample_every < 1:
             raise TaskError("sample every K tasks needs K >= 1")
-        seen_n: dict[str, int] = {}
-        sampled = []
-        for t in tasks:
-            if seen_n.get(t.workload, 0) % sample_every == 0:
-                sampled.append(t)
-            seen_n[t.workload] = seen_n.get(t.workload, 0) + 1
-        tasks = sampled
+        tasks = _keep_by_position(tasks, lambda i: i % sample_every == 0)
     if limit_per_workload is not None:
         if limit_per_workload < 1:
             raise TaskError("limit per workload must be >= 1")
-        counts: dict[str, int] = {}
-        kept = []
-        for t in tasks:
-            counts[t.workload] = counts.get(t.workload, 0) + 1
-            if counts[t.workload] <= limit_per_workload:
-                kept.append(t)
-        tasks = kept
+        tasks = _keep_by_position(tasks, lambda i: i < limit_per_workload)
     return tasks
+
+
+def _keep_by_position(tasks: list[Task], keep: Callable[[int], bool]) -> list[Task]:
+    """The tasks whose 0-based position within their own workload satisfies ``keep``."""
+    seen: dict[str, int] = {}
+    kept = []
+    for t in tasks:
+        i = seen.get(t.workload, 0)
+        seen[t.workload] = i + 1
+        if keep(i):
+            kept.append(t)
+    return kept
 
 
 def task_set_digest(tasks: list[Task]) -> str:
