@@ -30,7 +30,9 @@ page cache, which the kernel can reclaim, and are not counted.
 
 It fits when needed + margin ≤ available, margin = max(10 % of needed, 512 MiB) by default.
 Available: host RAM ``psutil.virtual_memory().available`` (or total with ``--memory-basis total``), or GPU
-memory (total − used, summed over GPUs) from nvidia-smi / rocm-smi for GPU backends, or a given number.
+memory summed over GPUs for GPU backends (nvidia-smi's memory.free, which leaves out the driver's reserve;
+rocm-smi's VRAM total − used), or a given number. Unified-memory GPUs (DGX Spark GB10) report no GPU memory:
+those need --memory-mib.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +57,11 @@ CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "
 GPU_BACKENDS = ("cuda", "rocm", "hip")
 OVERHEAD = 128 * MIB
 DEFAULT_MARGIN = "10%,512MiB"
+NVIDIA_FIELDS = ("memory.total", "memory.used", "memory.free")  # what measure_memory asks nvidia-smi for
+_SMI_HEADER_CELL = re.compile(r"[A-Za-z_][\w.]*(\s*\[[^\]]*\])?")
+_SMI_MIB = re.compile(r"(\d+)(?:\s*MiB)?", re.ASCII | re.IGNORECASE)
+_ROCM_TOTAL = re.compile(r"vram total memory \(b\)", re.IGNORECASE)
+_ROCM_USED = re.compile(r"vram (total )?used memory \(b\)", re.IGNORECASE)
 
 
 class FitError(ValueError):
@@ -211,42 +219,113 @@ def parse_margin(text: str, needed: int) -> int:
     return best
 
 
-def parse_nvidia_smi(text: str) -> list[dict[str, int]]:
-    """Parse ``nvidia-smi --query-gpu=memory.total,memory.used --format=csv,noheader,nounits``."""
+def _smi_cells(line: str) -> list[str]:
+    return [c.strip() for c in line.split(",")]
+
+
+def _smi_header(cells: list[str]) -> list[str] | None:
+    """Column names if ``cells`` is a ``--format=csv`` header (``memory.total [MiB]`` -> ``memory.total``)."""
+    if not all(_SMI_HEADER_CELL.fullmatch(c) for c in cells) or not any(c.lower().startswith("memory.") for c in cells):
+        return None
+    return [re.sub(r"\s*\[.*\]$", "", c).lower() for c in cells]
+
+
+def _smi_mib(cell: str, line: str) -> int | None:
+    """``81559`` or ``81559 MiB``; None where nvidia-smi printed no figure (``[N/A]``, ``[Not Supported]``)."""
+    if m := _SMI_MIB.fullmatch(cell):
+        return int(m.group(1))
+    if cell.upper() == "N/A" or (cell.startswith("[") and cell.endswith("]")):
+        return None
+    raise FitError(f"cannot read {cell!r} in nvidia-smi output line {line!r} as MiB; pass --memory-mib")
+
+
+def _smi_gpu(index: int, row: dict[str, str], line: str) -> dict[str, int]:
+    total = _smi_mib(row["memory.total"], line)
+    used = _smi_mib(row["memory.used"], line) if "memory.used" in row else None
+    free = _smi_mib(row["memory.free"], line) if "memory.free" in row else None
+    gpu = f"GPU {row.get('index', index)}" + (f" ({row['name']})" if row.get("name") else "")
+    if total is None:
+        raise FitError(
+            f"nvidia-smi reports no memory.total for {gpu} ({row['memory.total']}): a unified-memory GPU "
+            "(DGX Spark GB10, Jetson) has no VRAM of its own, its pool is host RAM; pass --memory-mib with the "
+            "RAM the server may use, or --backend cpu to measure host RAM"
+        )
+    if used is None and free is None:
+        raise FitError(
+            f"nvidia-smi reports memory.total but neither memory.used nor memory.free for {gpu}; pass --memory-mib"
+        )
+    used = total - free if used is None else used
+    free = total - used if free is None else free
+    return {"index": index, "total_mib": total, "used_mib": used, "free_mib": max(0, free)}
+
+
+def parse_nvidia_smi(text: str, fields: Sequence[str] = ("memory.total", "memory.used")) -> list[dict[str, int]]:
+    """Parse ``nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]``, one GPU a line.
+
+    Without a header the columns are ``fields`` (default: total, used, as ``--nvidia-smi-output`` documents);
+    a header line (``--format=csv``) names them itself, so any field list that has memory.total and
+    memory.used or memory.free is read. Free is ``memory.free`` where given (it leaves out the driver's
+    reserved memory), else total - used.
+    """
+    lines = [line for line in text.splitlines() if line.strip()]
+    header = _smi_header(_smi_cells(lines[0])) if lines else None
+    names = header or [f.lower() for f in fields]
+    if "memory.total" not in names:
+        raise FitError(
+            f"nvidia-smi output has no memory.total column ({', '.join(names)}); query "
+            "--query-gpu=memory.total,memory.used or pass --memory-mib"
+        )
     gpus: list[dict[str, int]] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.lower().startswith("memory."):
-            continue
-        cells = [c.strip() for c in line.split(",")]
-        nums = [re.sub(r"\s*mib$", "", c, flags=re.IGNORECASE) for c in cells[:2]]
-        if len(nums) < 2 or not all(n.isdigit() for n in nums):
-            raise FitError(f"cannot read nvidia-smi output line {line!r} (expected 'total, used' in MiB); "
-                           "the driver may not report memory: pass --memory-mib")
-        total, used = int(nums[0]), int(nums[1])
-        gpus.append({"index": len(gpus), "total_mib": total, "used_mib": used,
-                     "free_mib": max(0, total - used)})
+    for line in lines[1:] if header else lines:
+        cells = _smi_cells(line)
+        if len(cells) != len(names):
+            raise FitError(
+                f"cannot read nvidia-smi output line {line!r}: {len(cells)} columns where "
+                f"{len(names)} were expected ({', '.join(names)}); pass --memory-mib"
+            )
+        gpus.append(_smi_gpu(len(gpus), dict(zip(names, cells, strict=True)), line))
     if not gpus:
         raise FitError("nvidia-smi listed no GPU; check the driver (nvidia-smi -L) or pass --memory-mib")
     return gpus
 
 
+def _card_number(key: str) -> int:
+    """``card3`` -> 3; -1 for rocm-smi's other top-level keys (``system``)."""
+    m = re.fullmatch(r"card(\d+)", key)
+    return int(m.group(1)) if m else -1
+
+
+def _rocm_bytes(card: str, values: dict[str, Any], key: re.Pattern[str]) -> int | None:
+    raw = next((v for k, v in values.items() if key.fullmatch(k.strip())), None)
+    if raw is None:
+        return None
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise FitError(f"rocm-smi reports {raw!r} for {card}'s VRAM, not a byte count; pass --memory-mib") from None
+
+
 def parse_rocm_smi(text: str) -> list[dict[str, int]]:
-    """Parse ``rocm-smi --showmeminfo vram --json``."""
+    """Parse ``rocm-smi --showmeminfo vram --json`` (other --show* flags may add keys; ``system`` is skipped)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
         raise FitError("cannot parse rocm-smi JSON output; pass --memory-mib") from None
+    if not isinstance(data, dict):
+        raise FitError("rocm-smi JSON is not an object keyed by card; pass --memory-mib")
     gpus = []
-    for _card, values in sorted(data.items()):
-        if not isinstance(values, dict):
-            continue
-        total = next((int(v) for k, v in values.items() if "total memory" in k.lower()), None)
-        used = next((int(v) for k, v in values.items() if "used memory" in k.lower()), None)
+    for card in sorted((k for k in data if _card_number(k) >= 0 and isinstance(data[k], dict)), key=_card_number):
+        total, used = _rocm_bytes(card, data[card], _ROCM_TOTAL), _rocm_bytes(card, data[card], _ROCM_USED)
         if total is None or used is None:
             continue
-        gpus.append({"index": len(gpus), "total_mib": total // MIB, "used_mib": used // MIB,
-                     "free_mib": max(0, total - used) // MIB})
+        gpus.append(
+            {
+                "index": len(gpus),
+                "total_mib": total // MIB,
+                "used_mib": used // MIB,
+                "free_mib": max(0, total - used) // MIB,
+            }
+        )
     if not gpus:
         raise FitError("rocm-smi reported no VRAM figures; pass --memory-mib")
     return gpus
@@ -289,8 +368,8 @@ def measure_memory(backend: str, basis: str = "available", *, memory_mib: float 
     if list_devices_output is not None:
         return devices_memory(backend, list_devices_output)
     if backend == "cuda":
-        q = ["nvidia-smi", "--query-gpu=memory.total,memory.used", "--format=csv,noheader,nounits"]
-        return gpu_memory(parse_nvidia_smi(_run(q)), "nvidia-smi")
+        q = ["nvidia-smi", f"--query-gpu={','.join(NVIDIA_FIELDS)}", "--format=csv,noheader,nounits"]
+        return gpu_memory(parse_nvidia_smi(_run(q), NVIDIA_FIELDS), "nvidia-smi")
     if backend in ("rocm", "hip"):
         return gpu_memory(parse_rocm_smi(_run(["rocm-smi", "--showmeminfo", "vram", "--json"])), "rocm-smi")
     vm = psutil.virtual_memory()

@@ -104,8 +104,10 @@ def test_margin_parsing() -> None:
 def test_nvidia_smi_parsing() -> None:
     gpus = parse_nvidia_smi("24576, 1024\n\n 8192 MiB, 8000 MiB \n")
     assert [g["free_mib"] for g in gpus] == [23552, 192]
-    with pytest.raises(FitError, match="cannot read nvidia-smi output"):
+    with pytest.raises(FitError, match="unified-memory GPU"):
         parse_nvidia_smi("[N/A], [N/A]\n")
+    with pytest.raises(FitError, match="3 columns where 2 were expected"):
+        parse_nvidia_smi("24576, 1024, 23552\n")
     with pytest.raises(FitError, match="listed no GPU"):
         parse_nvidia_smi("\n")
 
@@ -125,13 +127,14 @@ def test_rocm_smi_parsing() -> None:
 def test_cuda_backend_queries_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\necho \'16384, 4096\'\n')
+    fake.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\necho \'16384, 4096, 11776\'\n')
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     mem = measure_memory("cuda")
-    assert (mem.kind, mem.available, mem.total) == ("GPU", 12288 * MIB, 16384 * MIB)
+    # available is memory.free (total - used - the driver's reserve), not total - used
+    assert (mem.kind, mem.available, mem.total) == ("GPU", 11776 * MIB, 16384 * MIB)
     assert (
-        "--query-gpu=memory.total,memory.used --format=csv,noheader,nounits"
+        "--query-gpu=memory.total,memory.used,memory.free --format=csv,noheader,nounits"
         in (fake.parent / "args").read_text()
     )
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
