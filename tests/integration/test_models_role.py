@@ -187,3 +187,39 @@ def test_model_that_does_not_fit_fails_in_preflight(lab: dict[str, Any]) -> None
 def test_unknown_preflight_model_name(lab: dict[str, Any]) -> None:
     rc, out, _ = play(lab, specops_models_draft="nope")
     assert rc != 0 and "must name entries of specops_models" in out
+
+
+FIXTURES = REPO / "tests" / "fixtures" / "gpu"
+
+
+def _fake_nvidia_smi(lab: dict[str, Any], capture: str) -> Path:
+    """There is no GPU here: a stand-in nvidia-smi prints a real capture (tests/fixtures/gpu) and records its
+    arguments, so the role's query and the parser run on nvidia-smi's real output format."""
+    bindir = lab["dir"] / "gpu-bin"
+    bindir.mkdir(exist_ok=True)
+    fake = bindir / "nvidia-smi"
+    fake.write_text(f'#!/bin/sh\necho "$@" > "{bindir}/args"\ncat "{FIXTURES / capture}"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return bindir
+
+
+def _play_on_gpu(lab: dict[str, Any], capture: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    bindir = _fake_nvidia_smi(lab, capture)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    rc, out, _ = play(lab, specops_fit_backend="cuda")
+    assert "--query-gpu=memory.total,memory.used,memory.free --format=csv,nounits" in (bindir / "args").read_text()
+    return rc, out
+
+
+def test_cuda_fit_reads_the_gpu_memory_nvidia_smi_reports(lab: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    rc, out = _play_on_gpu(lab, "nvidia-smi-query-gpu-full-h100-load.csv", monkeypatch)
+    assert rc == 0, out[-3000:]
+    fit = json.loads((lab["dir"] / "facts.json").read_text())["fit"]
+    assert fit["memory"]["kind"] == "GPU" and fit["fits"] is True
+    assert fit["available_mib"] == 61263 and fit["total_mib"] == 81559  # the capture's memory.free, memory.total
+
+
+def test_cuda_fit_on_unified_memory_says_what_to_do(lab: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    rc, out = _play_on_gpu(lab, "nvidia-smi-query-gpu-gb10-header.csv", monkeypatch)
+    assert rc != 0 and "host RAM" in out and "--memory-mib" in out, out[-3000:]
+    assert not lab["host_dir"].exists()
