@@ -23,7 +23,9 @@ _LINE = re.compile(r"^\s+(?P<name>\S+): (?P<desc>.*) \((?P<total>\d+) MiB, (?P<f
 _HINTS: dict[str, str] = {
     "cuda": "install the NVIDIA driver (nvidia-smi must list the GPU) and check /dev/nvidia* exist",
     "hip": "install the amdgpu driver and ROCm runtime; /dev/kfd and /dev/dri/renderD* must exist",
-    "vulkan": "install a Vulkan driver (mesa-vulkan-drivers, or the GPU vendor's ICD) and check `vulkaninfo --summary`",
+    "vulkan": "install a Vulkan driver (mesa-vulkan-drivers, or the GPU vendor's ICD) and check "
+              "`vulkaninfo --summary`; ggml skips CPU-type Vulkan devices (Mesa's lavapipe/llvmpipe) unless GGML_VK_VISIBLE_DEVICES names "
+              "them (llama_server_environment: {GGML_VK_VISIBLE_DEVICES: '0'})",
     "sycl": "install the Intel GPU runtime (level-zero, intel-opencl-icd) and check `sycl-ls`",
     "metal": "Metal needs Apple silicon macOS",
 }

@@ -110,6 +110,15 @@ def test_missing_toolchain_fails_early(tmp_path, backend, missing):
     assert not (tmp_path / "opt").exists()
 
 
+def test_too_old_vulkan_headers_fail_early_when_no_newer_ones_are_pinned(tmp_path):
+    run = lab.ansible_playbook("playbooks/build.yml", *_fresh_root(tmp_path), "-e", "llama_cpp_backend=vulkan",
+                               "-e", "llama_cpp_vulkan_min_header_version=99999",
+                               "-e", '{"llama_cpp_vulkan_headers_deb": {}}')
+    assert run.rc != 0 and "missing toolchain for backend vulkan" in run.text
+    assert "older than the 99999" in run.text and "llama_cpp_vulkan_headers_deb" in run.text
+    assert not (tmp_path / "opt").exists()
+
+
 def test_bad_source_checksum_fails_before_building(tmp_path):
     src = tmp_path / "llama.cpp-src"
     src.mkdir()

@@ -67,3 +67,9 @@ def test_real_captures_parse(fixture):
         assert parse_list_devices(text) == [] and device_problem(backend, text, 0)
     else:
         assert require_device(backend, parse_list_devices(text), text)
+
+
+def test_lavapipe_capture_is_one_vulkan_device():
+    (dev,) = parse_list_devices((FIX / "vulkan-lavapipe.txt").read_text())
+    assert (dev.name, dev.backend, dev.total_mib, dev.free_mib) == ("Vulkan0", "vulkan", 2048, 2048)
+    assert dev.description == "llvmpipe (LLVM 15.0.6, 256 bits)"
