@@ -71,9 +71,9 @@ def _offloaded(log: str, models: int = 1) -> None:
 def test_speculation_runs_on_the_software_device(vulkan_build, smollm, tmp_path):
     """Target and draft both offloaded (-ngl 99, -ngld 99) to the Vulkan device, and the draft is used.
 
-    One request per fresh server: on lavapipe (Mesa 22.3.6) llama-server with speculation crashed (SIGSEGV) on the
-    second request in 2 of 4 manual runs, and greedy text is not reproducible from request to request even without
-    speculation (see test_greedy_output_vulkan_vs_cpu) - a driver/backend finding recorded in the README."""
+    One request per fresh server: on lavapipe (Mesa 22.3.6) with the cores busy, llama-server with speculation
+    crashed (SIGSEGV) on the second request in 2 of 4 manual runs, and greedy text changed from request to request
+    even without speculation (test_greedy_output_vulkan_vs_cpu reports it) - a finding recorded in the README."""
     profile = {**VK, "model": str(smollm), "draft_model": str(smollm), "draft_n_max": 4, "draft_ngl": 99}
     with _server(vulkan_build, profile, tmp_path / "vk-spec.log") as server:
         out = server.client.completion(PROMPTS[0], n_predict=N_PREDICT, cache_prompt=False)
