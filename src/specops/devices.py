@@ -24,8 +24,8 @@ _HINTS: dict[str, str] = {
     "cuda": "install the NVIDIA driver (nvidia-smi must list the GPU) and check /dev/nvidia* exist",
     "hip": "install the amdgpu driver and ROCm runtime; /dev/kfd and /dev/dri/renderD* must exist",
     "vulkan": "install a Vulkan driver (mesa-vulkan-drivers, or the GPU vendor's ICD) and check "
-              "`vulkaninfo --summary`; ggml skips CPU-type Vulkan devices (Mesa's lavapipe/llvmpipe) unless GGML_VK_VISIBLE_DEVICES names "
-              "them (llama_server_environment: {GGML_VK_VISIBLE_DEVICES: '0'})",
+              "`vulkaninfo --summary`; ggml skips CPU-type Vulkan devices (Mesa's lavapipe/llvmpipe) unless "
+              "GGML_VK_VISIBLE_DEVICES names them (llama_server_environment: {GGML_VK_VISIBLE_DEVICES: '0'})",
     "sycl": "install the Intel GPU runtime (level-zero, intel-opencl-icd) and check `sycl-ls`",
     "metal": "Metal needs Apple silicon macOS",
 }
