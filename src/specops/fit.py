@@ -51,6 +51,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from specops.devices import DeviceError, parse_list_devices, require_device
 from specops.ggufmeta import GGUFInfo, read
+from specops.nvsmi import MIB_CELL, header_names, read_table
 
 MIB = 1024 * 1024
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -58,8 +59,6 @@ GPU_BACKENDS = ("cuda", "rocm", "hip")
 OVERHEAD = 128 * MIB
 DEFAULT_MARGIN = "10%,512MiB"
 NVIDIA_FIELDS = ("memory.total", "memory.used", "memory.free")  # what measure_memory asks nvidia-smi for
-_SMI_HEADER_CELL = re.compile(r"[A-Za-z_][\w.]*(\s*\[[^\]]*\])?")
-_SMI_MIB = re.compile(r"(\d+)(?:\s*MiB)?", re.ASCII | re.IGNORECASE)
 _ROCM_TOTAL = re.compile(r"vram total memory \(b\)", re.IGNORECASE)
 _ROCM_USED = re.compile(r"vram (total )?used memory \(b\)", re.IGNORECASE)
 
@@ -219,20 +218,15 @@ def parse_margin(text: str, needed: int) -> int:
     return best
 
 
-def _smi_cells(line: str) -> list[str]:
-    return [c.strip() for c in line.split(",")]
-
-
 def _smi_header(cells: list[str]) -> list[str] | None:
     """Column names if ``cells`` is a ``--format=csv`` header (``memory.total [MiB]`` -> ``memory.total``)."""
-    if not all(_SMI_HEADER_CELL.fullmatch(c) for c in cells) or not any(c.lower().startswith("memory.") for c in cells):
-        return None
-    return [re.sub(r"\s*\[.*\]$", "", c).lower() for c in cells]
+    names = header_names(cells)
+    return names if names and any(n.startswith("memory.") for n in names) else None
 
 
 def _smi_mib(cell: str, line: str) -> int | None:
     """``81559`` or ``81559 MiB``; None where nvidia-smi printed no figure (``[N/A]``, ``[Not Supported]``)."""
-    if m := _SMI_MIB.fullmatch(cell):
+    if m := MIB_CELL.fullmatch(cell):
         return int(m.group(1))
     if cell.upper() == "N/A" or (cell.startswith("[") and cell.endswith("]")):
         return None
@@ -267,8 +261,7 @@ def parse_nvidia_smi(text: str, fields: Sequence[str] = ("memory.total", "memory
     memory.used or memory.free is read. Free is ``memory.free`` where given (it leaves out the driver's
     reserved memory), else total - used.
     """
-    lines = [line for line in text.splitlines() if line.strip()]
-    header = _smi_header(_smi_cells(lines[0])) if lines else None
+    header, rows = read_table(text, _smi_header)
     names = header or [f.lower() for f in fields]
     if "memory.total" not in names:
         raise FitError(
@@ -276,8 +269,7 @@ def parse_nvidia_smi(text: str, fields: Sequence[str] = ("memory.total", "memory
             "--query-gpu=memory.total,memory.used or pass --memory-mib"
         )
     gpus: list[dict[str, int]] = []
-    for line in lines[1:] if header else lines:
-        cells = _smi_cells(line)
+    for line, cells in rows:
         if len(cells) != len(names):
             raise FitError(
                 f"cannot read nvidia-smi output line {line!r}: {len(cells)} columns where "

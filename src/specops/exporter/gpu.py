@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from specops.nvsmi import MIB_CELL, header_names, read_table
 
 QUERY_FIELDS = ("pid", "gpu_uuid", "used_memory")
 QUERY = (f"--query-compute-apps={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits")
 MIB = 1024 * 1024
 # nvidia-smi's header says used_gpu_memory / process_name even when asked for used_memory / name
 _ALIASES = {"used_gpu_memory": "used_memory", "name": "process_name"}
-_HEADER_CELL = re.compile(r"[A-Za-z_][\w.]*(\s*\[[^\]]*\])?")
-_MIB_CELL = re.compile(r"(\d+)(?:\s*MiB)?", re.ASCII | re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -28,21 +27,14 @@ class GpuError(RuntimeError):
     pass
 
 
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.split(",")]
-
-
 def _header_names(cells: list[str]) -> list[str] | None:
     """Column names if ``cells`` is a ``--format=csv`` header line (``used_gpu_memory [MiB]`` -> ``used_memory``)."""
-    if not all(_HEADER_CELL.fullmatch(c) for c in cells):
-        return None
-    names = [re.sub(r"\s*\[.*\]$", "", c).lower() for c in cells]
-    names = [_ALIASES.get(n, n) for n in names]
+    names = [_ALIASES.get(n, n) for n in header_names(cells) or []]
     return names if "pid" in names else None
 
 
 def _process(row: dict[str, str]) -> GpuProcessMemory | None:
-    pid, uuid, mem = row["pid"], row["gpu_uuid"][:80], _MIB_CELL.fullmatch(row["used_memory"])
+    pid, uuid, mem = row["pid"], row["gpu_uuid"][:80], MIB_CELL.fullmatch(row["used_memory"])
     if not (pid.isascii() and pid.isdigit()) or mem is None or not uuid or uuid.startswith("["):
         return None
     return GpuProcessMemory(pid=int(pid), gpu_uuid=uuid, used_bytes=int(mem.group(1)) * MIB)
@@ -54,13 +46,11 @@ def parse_compute_apps(text: str, fields: Sequence[str] = QUERY_FIELDS) -> list[
     The columns are ``fields`` unless a header line (``--format=csv``) names them. Rows whose memory is
     ``[N/A]`` (Windows in WDDM mode), ``[Not Supported]`` or other junk are skipped.
     """
-    lines = [line for line in text.splitlines() if line.strip()]
-    header = _header_names(_cells(lines[0])) if lines else None
+    header, rows = read_table(text, _header_names)
     names = header or [_ALIASES.get(f, f) for f in fields]
     if not {"pid", "gpu_uuid", "used_memory"} <= set(names):
         return []
-    rows = (_cells(line) for line in (lines[1:] if header else lines))
-    found = (_process(dict(zip(names, cells, strict=True))) for cells in rows if len(cells) == len(names))
+    found = (_process(dict(zip(names, cells, strict=True))) for _line, cells in rows if len(cells) == len(names))
     return [p for p in found if p is not None]
 
 
