@@ -75,7 +75,7 @@ class BoundedFetcher:
         try:
             with self._http.stream("GET", path) as resp:
                 declared = resp.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > self.max_bytes:
+                if declared.isascii() and declared.isdigit() and int(declared) > self.max_bytes:
                     raise FetchError("too_large", f"GET {path}: Content-Length {declared} > {self.max_bytes}",
                                      resp.status_code)
                 buf = bytearray()

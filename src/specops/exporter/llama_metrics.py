@@ -110,7 +110,7 @@ def parse_server_metrics(text: str) -> ServerMetrics:
             out.gauges[GAUGES[s.name][0]] = value
         elif s.name == SPEC_ACCEPTED_PER_POS:
             pos = s.labels.get("position", "")
-            if pos.isdigit() and int(pos) < MAX_POSITIONS:
+            if pos.isascii() and pos.isdigit() and int(pos) < MAX_POSITIONS:
                 out.accepted_per_pos[int(pos)] = value
             else:
                 out.invalid_values += 1

@@ -59,7 +59,7 @@ class PidSource(Protocol):
 
 def _int_or_none(text: str) -> int | None:
     text = text.strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def parse_systemctl_show(text: str) -> PidInfo:
