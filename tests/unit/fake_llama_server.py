@@ -3,20 +3,33 @@
 
 Behaviour from the environment: FAKE_DIE_AFTER=N exits (code 3) during the N+1-th chat request
 (the warm-up counts); FAKE_SPEC=1 makes /slots report speculation and counts drafts; FAKE_TEXT_SUFFIX
-is appended to every answer (to make an arm diverge). Only ``--port`` of the argv is used.
+is appended to every answer (to make an arm diverge); FAKE_TPS sets the decode rate it reports (default
+50), varied per task by the prompt's length (the same for every server, like real tasks), and FAKE_NOISE
+adds that much relative noise per request (deterministic). Only ``--port`` of the argv is used.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE = {"chats": 0, "drafted": 0, "accepted": 0, "drafts": 0}
 DIE_AFTER = int(os.environ.get("FAKE_DIE_AFTER", "-1"))
 SPEC = os.environ.get("FAKE_SPEC") == "1"
 SUFFIX = os.environ.get("FAKE_TEXT_SUFFIX", "")
+TPS = float(os.environ.get("FAKE_TPS", "50"))
+NOISE = float(os.environ.get("FAKE_NOISE", "0"))
+
+
+def work(seconds: float) -> None:
+    """Compute for ``seconds`` of CPU time: like a real server, no progress while paused (SIGSTOP)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -57,12 +70,14 @@ class Handler(BaseHTTPRequestHandler):
         if DIE_AFTER >= 0 and STATE["chats"] > DIE_AFTER:
             os._exit(3)
         prompt = body["messages"][-1]["content"]
-        words = [f"w{i}" for i in range(min(int(body.get("max_tokens", 8)), 8))]
-        text = f"echo {len(prompt)} " + " ".join(words) + SUFFIX
+        n = min(int(body.get("max_tokens", 8)), 8)
+        pieces = [f"echo {len(prompt)}"] + [f" w{i}" for i in range(1, n)]
+        pieces[-1] += SUFFIX
+        rate = TPS * (1 + 0.05 * (len(prompt) % 7 - 3)) * (1 + NOISE * math.sin(1.7 * STATE["chats"] + TPS))
         timings = {
-            "predicted_n": len(words) + 2,
-            "predicted_ms": 100.0,
-            "predicted_per_second": 50.0 + len(prompt) % 7,
+            "predicted_n": n,
+            "predicted_ms": 1000.0 * (n - 1) / rate,
+            "predicted_per_second": rate,
             "prompt_n": 10,
             "prompt_ms": 5.0,
         }
@@ -71,17 +86,18 @@ class Handler(BaseHTTPRequestHandler):
             STATE["accepted"] += 6
             STATE["drafts"] += 2
             timings.update(draft_n=8, draft_n_accepted=6)
-            timings["predicted_per_second"] *= 1.5
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        chunks = [{"choices": [{"delta": {"role": "assistant", "content": None}}]}]
-        for piece in [text[: len(text) // 2], text[len(text) // 2 :]]:
-            chunks.append({"choices": [{"delta": {"content": piece}}]})
-        chunks.append({"choices": [{"delta": {}, "finish_reason": "stop"}], "timings": timings})
-        for c in chunks:
-            self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
+        first = {"choices": [{"delta": {"role": "assistant", "content": None}}]}
+        self.wfile.write(f"data: {json.dumps(first)}\n\n".encode())
+        for i, piece in enumerate(pieces):  # one chunk per token, at the rate it reports (time-sliced tests)
+            if i:
+                work(1.0 / rate)
+            self.wfile.write(f"data: {json.dumps({'choices': [{'delta': {'content': piece}}]})}\n\n".encode())
             self.wfile.flush()
+        last = {"choices": [{"delta": {}, "finish_reason": "stop"}], "timings": timings}
+        self.wfile.write(f"data: {json.dumps(last)}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
 
 

@@ -1,5 +1,5 @@
-"""Arms: the name grammar, selection, interleaving, and that every standard arm renders to argv
-on the real llama-server 0c1e57098 --help (fixture) through specops.argv."""
+"""Arms: the name grammar, selection, and that every standard (and extra) arm renders to argv on the real
+llama-server 0c1e57098 --help (fixture) through specops.argv."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specops.argv import build_argv
-from specops.bench.arms import ArmError, interleaved_order, parse_arm, select_arms, standard_arm_names
+from specops.bench.arms import ArmError, parse_arm, select_arms, standard_arm_names
 from specops.bench.runner import BenchConfig
 from specops.bench.tasks import load_tasks
 from specops.capabilities import parse_help
@@ -41,42 +41,28 @@ def test_unknown_arm_is_a_clear_error(bad: str) -> None:
         parse_arm(bad)
 
 
-def test_select_adds_baseline_and_references() -> None:
+def test_select_adds_both_baselines_and_references() -> None:
     names = [a.name for a in select_arms(["exact-n2", "ngram-mod", "exact-n2"])]
-    assert names == ["baseline", "exact-baseline", "exact-n2", "ngram-mod"]
+    assert names == ["baseline", "baseline-again", "exact-baseline", "exact-n2", "ngram-mod"]
     with pytest.raises(ArmError):
         select_arms([" ", ""])
 
 
-def test_interleaving_rotates_every_arm_through_every_slot() -> None:
-    arms = select_arms(["draft-n4", "ngram-mod", "baseline-again"])
-    orders = [[a.name for a in interleaved_order(arms, r)] for r in range(len(arms))]
-    for slot in range(len(arms)):
-        assert {o[slot] for o in orders} == {a.name for a in arms}
+def test_standard_arms_are_the_draft_lengths_the_service_default_and_the_ngram_types() -> None:
+    assert standard_arm_names() == ["draft-n2", "draft-n4", "draft-n8", "exact-n2", "ngram-simple", "ngram-mod",
+                                    "ngram-map-k"]
+    more = standard_arm_names(p_min=(0.8,), quants=("Q4_0",), exact_nr_n_max=(3,), ngram_short=("ngram-mod-n8",))
+    assert {"draft-n8-p0.8", "draft-q4_0-n4", "exact-nr-n3", "ngram-mod-n8"} <= set(more)
 
 
 def test_every_standard_arm_renders_on_the_real_help() -> None:
     caps = parse_help(FIXTURE.read_text())
-    arms = select_arms(standard_arm_names())
+    extra = ["draft-n16", "draft-plain", "spec-default", "seeds", "ngram-cache", "draft-q4_0-n4", "exact-nr-n8",
+             "ngram-mod-n8", "ngram-simple-m8"]
+    arms = select_arms(standard_arm_names() + extra)
     names = [a.name for a in arms]
-    for required in (
-        "baseline",
-        "baseline-again",
-        "draft-n4",
-        "draft-n8",
-        "draft-n16",
-        "draft-plain",
-        "spec-default",
-        "seeds",
-        "ngram-simple",
-        "ngram-mod",
-        "ngram-map-k",
-        "ngram-cache",
-        "draft-q4_0-n4",
-        "exact-baseline",
-        "exact-n2",
-        "cli-draft-n8",
-    ):
+    for required in ("baseline", "baseline-again", "draft-n2", "draft-n4", "draft-n8", "exact-baseline", "exact-n2",
+                     "ngram-simple", "ngram-mod", "ngram-map-k", "exact-nr-baseline", *extra):
         assert required in names
     cfg = BenchConfig(
         target=Path("/m/t.gguf"),
@@ -91,8 +77,9 @@ def test_every_standard_arm_renders_on_the_real_help() -> None:
             "IQ4_XS": Path("/m/iq4.gguf"),
         },
     )
-    rendered = {a.name: build_argv(cfg.profile_for(a), caps) for a in arms if a.kind == "server"}
+    rendered = {a.name: build_argv(cfg.profile_for(a), caps) for a in arms}
     assert rendered["baseline"][-2:] == ["--spec-type", "none"]
+    assert rendered["baseline"][rendered["baseline"].index("--cache-ram") + 1] == "0"
     assert "--spec-default" in rendered["spec-default"]
     seeds = rendered["seeds"]
     assert seeds[seeds.index("--spec-draft-n-max") + 1] == "8" and seeds[seeds.index("--spec-draft-n-min") + 1] == "1"

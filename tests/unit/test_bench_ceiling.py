@@ -64,3 +64,12 @@ def test_llama_bench_argv_and_numerics() -> None:
     assert argv[argv.index("-fa") : argv.index("-fa") + 2] == ["-fa", "on"]
     assert "--repack" in argv and "-ctv" in argv
     assert Numerics.of_profile({"spec_type": "none"}, {}).name == "default"
+
+
+def test_batch_times_take_the_median_of_the_samples() -> None:
+    """One stalled repetition (another job took the cores) must not move the cost curve."""
+    recs = [
+        {"n_prompt": 1, "n_gen": 0, "avg_ns": 600_000_000, "samples_ns": [50_000_000, 1_700_000_000, 52_000_000]},
+        {"n_prompt": 2, "n_gen": 0, "avg_ns": 80_000_000, "samples_ns": [79_000_000, 81_000_000]},
+    ]
+    assert batch_times(recs) == {1: 0.052, 2: 0.08}

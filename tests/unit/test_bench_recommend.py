@@ -1,9 +1,11 @@
-"""Recommendation rules: identical-by-default, never a loser, baseline when nothing wins."""
+"""Recommendation rules: identical-by-default, never a loser, baseline when nothing wins, nothing at all when
+the A/A check says the run cannot tell the baseline from itself."""
 
 from __future__ import annotations
 
 from specops.bench.analysis import ALL, ArmWorkload
 from specops.bench.arms import parse_arm
+from specops.bench.design import conclusion
 from specops.bench.recommend import pick, recommend
 from specops.bench.stats import Interval
 
@@ -15,6 +17,7 @@ def aw(
 ) -> ArmWorkload:
     a = ArmWorkload(arm, wl)
     a.speedup = Interval(est, lo, hi, 10)
+    a.conclusion = conclusion(a.speedup, 0.05)
     a.identical, a.compared = ident
     return a
 
@@ -42,7 +45,9 @@ def test_nothing_wins_means_baseline() -> None:
 
 def test_point_estimate_above_one_inside_noise_is_not_a_win() -> None:
     res = table({**BASE, "ngram-mod": {"code": (1.05, 0.97, 1.13), "prose": (1.0, 0.9, 1.1), ALL: (1.03, 0.98, 1.08)}})
-    assert pick(res, defs("ngram-mod"), ALL).arm == "baseline"
+    p = pick(res, defs("ngram-mod"), ALL, WLS)
+    assert p.arm == "baseline" and p.valid
+    assert not p.confident and "unsettled" in p.reason, "an interval that straddles 1.0 by ±8% settles nothing"
 
 
 def test_identical_rule_excludes_faster_but_different_output() -> None:
@@ -85,16 +90,16 @@ def test_nondeterministic_reference_voids_identity() -> None:
     res = table({**BASE, "draft-n4": {wl: (1.3, 1.2, 1.4) for wl in [*WLS, ALL]}})
     res["baseline-again"][ALL].identical = 8
     res["baseline-again"][ALL].compared = 10
-    p = pick(res, defs("draft-n4"), ALL, "identical")
+    p = pick(res, defs("draft-n4"), ALL, WLS, "identical")
     assert p.arm == "baseline" and "not deterministic" in p.rejected["draft-n4"]
 
 
-def test_no_interval_never_wins_and_cli_or_baselines_are_not_candidates() -> None:
-    res = table({**BASE, "draft-n4": {ALL: (3.0, None, None)}, "cli-draft-n8": {ALL: (2.0, 1.9, 2.1)}})
-    p = pick(res, defs("draft-n4", "cli-draft-n8"), ALL, "fastest")
+def test_no_interval_never_wins_and_baselines_are_not_candidates() -> None:
+    res = table({**BASE, "draft-n4": {ALL: (3.0, None, None)}, "exact-baseline": {ALL: (1.5, 1.4, 1.6)}})
+    p = pick(res, defs("draft-n4", "exact-baseline"), ALL, WLS, "fastest")
     assert p.arm == "baseline"
-    assert "no confidence interval" in p.rejected["draft-n4"]
-    assert "cli-draft-n8" not in p.rejected and "baseline-again" not in p.rejected
+    assert "inconclusive" in p.rejected["draft-n4"]
+    assert "exact-baseline" not in p.rejected and "baseline-again" not in p.rejected
 
 
 def test_highest_qualifying_estimate_wins() -> None:
@@ -105,4 +110,29 @@ def test_highest_qualifying_estimate_wins() -> None:
             "ngram-simple": {wl: (1.3, 1.05, 1.55) for wl in [*WLS, ALL]},
         }
     )
-    assert pick(res, defs("ngram-mod", "ngram-simple"), ALL).arm == "ngram-simple"
+    assert pick(res, defs("ngram-mod", "ngram-simple"), ALL, WLS).arm == "ngram-simple"
+
+
+def test_aa_check_excluding_one_makes_the_pick_invalid() -> None:
+    """The second baseline ran 6% faster than the first: the run cannot tell the baseline from itself."""
+    res = table({**BASE, "ngram-mod": {wl: (1.3, 1.2, 1.4) for wl in [*WLS, ALL]}})
+    res["baseline-again"] = {wl: aw("baseline-again", wl, 1.06, 1.03, 1.09) for wl in [*WLS, ALL]}
+    picks = recommend(res, defs("ngram-mod"), WLS)
+    assert all(not p.valid for p in picks.values())
+    assert "cannot tell the baseline from itself" in picks[ALL].reason
+    assert picks[ALL].to_dict()["arm"] is None
+    # with no winner the verdict (baseline) is just as untrustworthy: nothing either
+    slow = table({**BASE, "ngram-mod": {wl: (0.7, 0.6, 0.8) for wl in [*WLS, ALL]}})
+    slow["baseline-again"] = res["baseline-again"]
+    assert not pick(slow, defs("ngram-mod"), "code", WLS).valid
+
+
+def test_aa_check_wider_than_the_claimed_effect_makes_the_pick_invalid() -> None:
+    res = table({**BASE, "ngram-mod": {wl: (1.04, 1.01, 1.07) for wl in [*WLS, ALL]}})
+    res["baseline-again"] = {wl: aw("baseline-again", wl, 1.0, 0.94, 1.06) for wl in [*WLS, ALL]}
+    p = pick(res, defs("ngram-mod"), "code", WLS)
+    assert not p.valid and "wider than the effect claimed" in p.gate.reason
+    # the same A/A check is fine for a large effect
+    big = table({**BASE, "ngram-mod": {wl: (1.5, 1.3, 1.7) for wl in [*WLS, ALL]}})
+    big["baseline-again"] = res["baseline-again"]
+    assert pick(big, defs("ngram-mod"), "code", WLS).valid

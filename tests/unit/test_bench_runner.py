@@ -1,21 +1,25 @@
-"""The runner against a fake llama-server (no model): records, resume, a server dying mid-run,
-the report and inventory variables built from the stored results."""
+"""The paired runner against a stand-in llama-server (no model): servers side by side, blocks, stopping,
+failures, the budget, resuming, and the A/A gate that makes a run recommend nothing."""
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from specops.bench.arms import select_arms
-from specops.bench.runner import ArmFailure, BenchConfig, Progress, run_bench, run_server_arm
+from specops.bench.arms import AA, BASELINE, Arm, parse_arm
+from specops.bench.design import Design
+from specops.bench.runner import BenchConfig, BenchError, Progress, run
 from specops.bench.store import ResultStore, StoreError
 from specops.bench.summary import build
 from specops.bench.tasks import load_tasks, task_set_digest, workloads_of
 from specops.capabilities import parse_help
+from specops.cli import main
+from tests.unit.synthgguf import write_gguf
 
 HERE = Path(__file__).resolve().parent
 HELP = HERE.parents[0] / "fixtures" / "llama-server-0c1e57098" / "llama-server_help.txt"
@@ -23,149 +27,205 @@ HELP = HERE.parents[0] / "fixtures" / "llama-server-0c1e57098" / "llama-server_h
 
 @pytest.fixture
 def fake_bin(tmp_path: Path) -> Path:
-    wrapper = tmp_path / "llama-server"
+    wrapper = tmp_path / "bin" / "llama-server"
+    wrapper.parent.mkdir()
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {HERE / "fake_llama_server.py"} "$@"\n')
     wrapper.chmod(0o755)
     return wrapper
 
 
-def make_cfg(fake_bin: Path, tmp_path: Path, reps: int = 1) -> BenchConfig:
-    target = tmp_path / "t.gguf"
-    target.write_bytes(b"GGUF")
-    return BenchConfig(
-        target=target,
-        draft=target,
-        server_binary=fake_bin,
-        caps=parse_help(HELP.read_text()),
-        tasks=load_tasks(limit_per_workload=2),
-        max_tokens=8,
-        reps=reps,
-        start_timeout=30,
-    )
+def arm(name: str, **env: str) -> Arm:
+    """An arm whose stand-in server gets ``env`` (FAKE_TPS, FAKE_SPEC ...)."""
+    a = parse_arm(name)
+    spec = {"FAKE_SPEC": "1"} if a.speculative else {}
+    return replace(a, env={**spec, **env})
 
 
-def plan_for(cfg: BenchConfig, arms: list) -> dict:
-    counts: dict[str, int] = {}
-    for t in cfg.tasks:
-        counts[t.workload] = counts.get(t.workload, 0) + 1
-    return {
-        "task_set_digest": task_set_digest(cfg.tasks),
-        "max_tokens": cfg.max_tokens,
-        "seed": cfg.seed,
-        "target": str(cfg.target),
-        "draft": str(cfg.draft),
-        "build_commit": "x",
-        "threads": None,
-        "ctx_size": cfg.ctx_size,
-        "reps": cfg.reps,
-        "arms": [a.name for a in arms],
-        "arm_defs": [a.to_dict() for a in arms],
-        "workload_counts": {w: counts[w] for w in workloads_of(cfg.tasks)},
-        "machine": {"hostname": "testhost"},
-    }
-
-
-def test_arm_record_shape(fake_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = make_cfg(fake_bin, tmp_path)
+def setup(fake_bin: Path, tmp_path: Path, arms: list[Arm], per_workload: int = 5, **cfg_kw: object):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    target = write_gguf(tmp_path / "t.gguf")
+    tasks = load_tasks(limit_per_workload=per_workload)
+    cfg = BenchConfig(target=target, draft=target, server_binary=fake_bin, caps=parse_help(HELP.read_text()),
+                      tasks=tasks, max_tokens=8, start_timeout=30, **cfg_kw)  # type: ignore[arg-type]
+    by_wl = {w: [t.id for t in tasks if t.workload == w] for w in workloads_of(tasks)}
+    all_arms = {a.name: a for a in [arm(BASELINE), arm(AA), *arms]}
     store = ResultStore(tmp_path / "work")
-    arm = select_arms(["baseline"])[0]
-    rec = run_server_arm(arm, 0, cfg, store, Progress(6, quiet=True))
-    assert rec["argv"][0] == str(fake_bin) and "--spec-type" in rec["argv"]
-    assert len(rec["requests"]) == len(cfg.tasks)
-    r0 = rec["requests"][0]
-    assert r0["text"].startswith("echo ") and r0["ttft_s"] is not None and r0["e2e_s"] >= r0["ttft_s"]
-    assert r0["decode_tps"] > 0 and r0["finish_reason"] == "stop"
-    assert rec["rss"]["peak"] > 0
-    assert store.has("baseline", 0) and not store.path("baseline", 0, partial=True).exists()
+    plan = {
+        "task_set_digest": task_set_digest(tasks), "max_tokens": 8, "seed": 42, "target": str(target),
+        "draft": str(target), "build_commit": "x", "threads": None, "ctx_size": cfg.ctx_size, "reps": cfg.reps,
+        "arms": list(all_arms), "arm_defs": [a.to_dict() for a in all_arms.values()],
+        "design": {"arms": [a.name for a in arms], "tasks": by_wl, "min_tasks": 3, "half_width": 0.05,
+                   "references": {}, "exhaustive": False},
+        "workload_counts": {w: len(v) for w, v in by_wl.items()}, "machine": {"hostname": "testhost"},
+    }
+    store.init_plan(plan)
+    design = Design([a.name for a in arms], by_wl, reps=cfg.reps, min_tasks=3, half_width=0.05)
+    return cfg, all_arms, design, store
+
+
+def blocks(store: ResultStore) -> list[dict]:
+    return [b for b in store.read("blocks.jsonl") if b.get("type") != "fail"]
+
+
+def test_paired_blocks_stop_losers_and_settle_winners(fake_bin: Path, tmp_path: Path) -> None:
+    fast, slow = arm("ngram-simple", FAKE_TPS="75"), arm("ngram-mod", FAKE_TPS="25")
+    cfg, arms, design, store = setup(fake_bin, tmp_path, [fast, slow])
+    out = run(cfg, arms, design, store, Progress(quiet=True))
+    assert out["ended"] == "done"
+    bl = blocks(store)
+    # every block: both baselines and the arms still running, each once, answers kept with their timings
+    for b in bl:
+        assert b["arms"][:2] == [BASELINE, AA] and sorted(b["order"]) == sorted(b["arms"])
+        assert all(r["decode_tps"] > 0 and r["text"].startswith("echo") for r in b["results"].values())
+    assert len({tuple(b["order"]) for b in bl}) > 1, "the order inside blocks is shuffled"
+    for wl in design.workloads:
+        assert design.status["ngram-mod"][wl].stopped == "slower" and design.n_tasks("ngram-mod", wl) == 3
+        assert design.status["ngram-simple"][wl].stopped == "precise"
+        assert design.interval("ngram-simple", wl).estimate == pytest.approx(1.5, rel=0.05)  # type: ignore[union-attr]
+        assert design.interval(AA, wl).estimate == pytest.approx(1.0, abs=0.05)  # type: ignore[union-attr]
+    servers = list(store.read("servers.jsonl"))
+    assert {s["arm"] for s in servers} == set(arms)
+    assert all(s["argv"][0] == str(fake_bin) for s in servers)
+    assert {s["speculative"] for s in servers if s["arm"] == "ngram-simple"} == {True}
+    assert {s["speculative"] for s in servers if s["arm"] == BASELINE} == {False}
 
 
 def test_speculation_must_really_be_on(fake_bin: Path, tmp_path: Path) -> None:
-    cfg = make_cfg(fake_bin, tmp_path)
-    store = ResultStore(tmp_path / "work")
-    arm = select_arms(["ngram-mod"])[1]
-    with pytest.raises(ArmFailure, match="speculation is off"):
-        run_server_arm(arm, 0, cfg, store, Progress(6, quiet=True))
+    """A speculative arm whose /slots says speculation is off is left out with the reason; the run goes on."""
+    silent = replace(arm("ngram-mod"), env={})  # no FAKE_SPEC: /slots says speculative=false
+    cfg, arms, design, store = setup(fake_bin, tmp_path, [silent, arm("ngram-simple", FAKE_TPS="75")])
+    run(cfg, arms, design, store, Progress(quiet=True))
+    assert all(st.stopped.startswith("failed: did not start") for st in design.status["ngram-mod"].values())
+    fails = [b for b in store.read("blocks.jsonl") if b.get("type") == "fail"]
+    assert fails and "speculation is off" in fails[0]["why"]
+    assert all(st.stopped == "precise" for st in design.status["ngram-simple"].values())
 
 
-def test_server_dying_mid_run_keeps_partial_results(
-    fake_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cfg = make_cfg(fake_bin, tmp_path)
-    store = ResultStore(tmp_path / "work")
-    arms = select_arms(["baseline-again"])
-    monkeypatch.setenv("FAKE_DIE_AFTER", "3")  # warm-up + 2 tasks, dies on the 3rd task
-    with pytest.raises(ArmFailure) as err:
-        run_bench(cfg, arms, store, {"server": run_server_arm}, Progress(12, quiet=True))
-    msg = str(err.value)
-    assert "exited with code 3" in msg and "partial results" in msg
-    partial = json.loads(store.path("baseline", 0, partial=True).read_text())
-    assert partial["status"] == "failed" and len(partial["requests"]) == 2
-    assert "error" in partial
-    # resume: the server behaves now; the failed arm-repetition is redone and the run completes
-    monkeypatch.delenv("FAKE_DIE_AFTER")
-    run_bench(cfg, arms, store, {"server": run_server_arm}, Progress(12, quiet=True))
-    assert store.has("baseline", 0) and store.has("baseline-again", 0)
-    assert not store.path("baseline", 0, partial=True).exists()
+def test_arm_dying_mid_run_is_left_out_and_baseline_dying_stops_the_run(fake_bin: Path, tmp_path: Path) -> None:
+    dying = arm("ngram-mod", FAKE_DIE_AFTER="3")  # warm-up + 2 tasks, dies on the 3rd
+    cfg, arms, design, store = setup(fake_bin, tmp_path, [dying, arm("ngram-simple", FAKE_TPS="75")])
+    run(cfg, arms, design, store, Progress(quiet=True))
+    assert all(st.stopped.startswith("failed: request") for st in design.status["ngram-mod"].values())
+    assert "exited with code 3" in next(b for b in store.read("blocks.jsonl") if b.get("type") == "fail")["why"]
+    assert all(st.stopped == "precise" for st in design.status["ngram-simple"].values())
+
+    cfg2, arms2, design2, store2 = setup(fake_bin, tmp_path / "b", [arm("ngram-simple")])
+    arms2[BASELINE] = replace(arms2[BASELINE], env={"FAKE_DIE_AFTER": "2"})
+    with pytest.raises(BenchError, match=r"baseline: request .* failed .*exited with code 3"):
+        run(cfg2, arms2, design2, store2, Progress(quiet=True))
+    assert len(blocks(store2)) == 1, "the finished block is kept for a resumed run"
 
 
-def test_resume_skips_finished_and_refuses_other_plans(fake_bin: Path, tmp_path: Path) -> None:
-    cfg = make_cfg(fake_bin, tmp_path)
-    store = ResultStore(tmp_path / "work")
-    arms = select_arms(["baseline"])
-    store.init_plan(plan_for(cfg, arms))
-    run_bench(cfg, arms, store, {"server": run_server_arm}, Progress(6, quiet=True))
-    mtime = store.path("baseline", 0).stat().st_mtime_ns
-    calls: list[str] = []
-    run_bench(cfg, arms, store, {"server": lambda a, *rest: calls.append(a.name) or {}}, Progress(6, quiet=True))
-    assert calls == [] and store.path("baseline", 0).stat().st_mtime_ns == mtime
-    other = plan_for(cfg, arms) | {"max_tokens": 99}
+def test_budget_ends_the_run_and_a_resumed_run_continues(fake_bin: Path, tmp_path: Path) -> None:
+    cfg, arms, design, store = setup(fake_bin, tmp_path, [arm("ngram-simple", FAKE_NOISE="0.3")])
+    ticks = iter(range(0, 10_000, 10))  # every clock read is 10 s later: blocks of 3 requests "take" ~40 s
+    cfg.budget_s = 100.0
+    out = run(cfg, arms, design, store, Progress(quiet=True), clock=lambda: float(next(ticks)))
+    assert out["ended"] == "budget"
+    done = len(blocks(store))
+    assert 1 <= done < 8
+    assert all(st.stopped == "budget" for st in design.status["ngram-simple"].values())
+    # resumed without a budget: the stored blocks are replayed, not run again
+    cfg.budget_s = None
+    design2 = Design(["ngram-simple"], design.tasks, min_tasks=3, half_width=0.05)
+    run(cfg, arms, design2, store, Progress(quiet=True))
+    indexes = [b["index"] for b in blocks(store)]
+    assert indexes == list(range(len(indexes))) and len(indexes) > done
     with pytest.raises(StoreError, match="different plan"):
-        store.init_plan(other)
+        store.init_plan({**store.load_plan(), "max_tokens": 99})  # type: ignore[dict-item]
 
 
-def test_report_and_inventory_from_results(fake_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = make_cfg(fake_bin, tmp_path, reps=2)
-    cfg.tasks = load_tasks(limit_per_workload=3)
-    store = ResultStore(tmp_path / "work")
-    arms = select_arms(["baseline-again", "ngram-mod"])
-    store.init_plan(plan_for(cfg, arms))
-    run_bench(cfg, arms[:2], store, {"server": run_server_arm}, Progress(99, quiet=True))
-    monkeypatch.setenv("FAKE_SPEC", "1")
-    run_bench(cfg, arms[2:], store, {"server": run_server_arm}, Progress(99, quiet=True))
-    out = build(
-        store,
-        tmp_path / "reports" / "speculative_benchmark.md",
-        tmp_path / "reports" / "bench",
-        "fastest",
-        tmp_path / "inv" / "speculative.yml",
-    )
-    md = out.report.read_text()
-    assert "Machine **testhost**" in md and "## Results: code" in md and "## Output identity" in md
-    assert all(p.exists() and p.stat().st_size > 0 for p in out.images)
-    raw = json.loads(out.raw_json.read_text())
-    assert set(raw["runs"]) == {"baseline", "baseline-again", "ngram-mod"}
-    # the fake's ngram arm is 1.5x faster on every task → it wins under "fastest"
+def test_fewer_servers_than_arms_take_turns(fake_bin: Path, tmp_path: Path) -> None:
+    """Memory for three servers: the second arm waits, then catches up with the baseline on the same tasks."""
+    cfg, arms, design, store = setup(fake_bin, tmp_path, [arm("ngram-simple", FAKE_TPS="25"),
+                                                          arm("ngram-mod", FAKE_TPS="75")], capacity=3)
+    run(cfg, arms, design, store, Progress(quiet=True))
+    bl = blocks(store)
+    assert all(len(b["arms"]) == 3 for b in bl)
+    assert {st.stopped for st in design.status["ngram-simple"].values()} == {"slower"}
+    assert {st.stopped for st in design.status["ngram-mod"].values()} == {"precise"}
+    first_mod = next(i for i, b in enumerate(bl) if "ngram-mod" in b["arms"])
+    assert all("ngram-simple" in b["arms"] for b in bl[:first_mod])
+
+
+def _cli(fake_bin: Path, tmp_path: Path, *extra: str) -> int:
+    write_gguf(tmp_path / "t.gguf")
+    return main(["bench", "--llama-prefix", str(fake_bin.parent.parent), "--target", str(tmp_path / "t.gguf"),
+                 "--draft", str(tmp_path / "t.gguf"), "--limit-per-workload", "5", "--max-tokens", "8",
+                 "--no-ceiling", "--min-tasks", "3", "--work-dir", str(tmp_path / "work"),
+                 "--report", str(tmp_path / "report.md"), "--assets", str(tmp_path / "assets"),
+                 "--vars-file", str(tmp_path / "vars.yml"), "--quiet", *extra])
+
+
+@pytest.fixture
+def prefix(fake_bin: Path) -> Path:
+    caps = fake_bin.parent.parent / "capabilities.json"
+    caps.write_text(json.dumps(parse_help(HELP.read_text()).to_dict()))
+    return fake_bin.parent.parent
+
+
+def test_a_run_whose_aa_check_fails_recommends_nothing(fake_bin: Path, prefix: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second baseline server runs 20% faster than the first (as a drifting design would see it):
+    the winner's effect cannot be told from noise, nothing is recommended, no variables are written,
+    and --apply refuses."""
+    monkeypatch.setattr("specops.bench.arms._none", _biased_none)
+    monkeypatch.setenv("FAKE_SPEC", "1")  # the n-gram arm's /slots says speculative (the baselines' too: unchecked)
+    rc = _cli(fake_bin, tmp_path, "--arms", "ngram-simple", "--ngram", "", "--rule", "fastest", "--apply",
+              "--playbook", str(tmp_path / "deploy.yml"))
+    assert rc == 1
+    raw = json.loads((tmp_path / "assets" / "results.json").read_text())
+    rec = raw["recommendation"]
+    assert all(p["valid"] is False and p["arm"] is None for p in rec.values())
+    assert "cannot tell the baseline from itself" in rec["all"]["gate"]["reason"]
+    assert not (tmp_path / "vars.yml").exists()
+    md = (tmp_path / "report.md").read_text()
+    assert "No recommendation: the run is invalid" in md and "No inventory variables were written" in md
+
+
+def _biased_none(name: str, description: str, family: str, reference: str, **profile: object) -> Arm:
+    env = {"FAKE_TPS": "60"} if name == AA else {}
+    return Arm(name, description, {"spec_type": "none", **profile}, env=env, family=family, reference=reference)
+
+
+def test_report_and_inventory_from_a_winning_run(fake_bin: Path, prefix: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("specops.bench.arms._fixed_arms", _fast_ngram(_original_fixed()))
+    rc = _cli(fake_bin, tmp_path, "--arms", "ngram-simple,ngram-mod", "--rule", "identical")
+    assert rc == 0
+    raw = json.loads((tmp_path / "assets" / "results.json").read_text())
+    assert raw["recommendation"]["all"]["arm"] == "ngram-simple" and raw["recommendation"]["all"]["valid"]
+    summ = raw["summary"]["ngram-simple"]["all"]
+    assert summ["acceptance"] == pytest.approx(0.75) and summ["mean_accept_len"] == pytest.approx(4.0)
+    assert summ["conclusion"] == "faster" and summ["identical"] == summ["compared"] > 0
+    variables = yaml.safe_load((tmp_path / "vars.yml").read_text())
+    assert variables["llama_server_spec_type"] == "ngram-simple" and variables["llama_server_draft_model"] == ""
+    md = (tmp_path / "report.md").read_text()
+    for part in ("## Verdict", "## The A/A check", "## Results: code", "## Output identity", "## Method"):
+        assert part in md
+    assert all(Path(tmp_path / "assets" / p).stat().st_size > 0 for p in ("speedup_by_workload.png",))
+    # the same results under the identity rule with an arm whose text differs: it is excluded
+    blocks_file = tmp_path / "work" / "blocks.jsonl"
+    lines = [json.loads(x) for x in blocks_file.read_text().splitlines()]
+    for b in lines:
+        if "ngram-simple" in b.get("results", {}):
+            b["results"]["ngram-simple"]["text"] += " (different)"
+    blocks_file.write_text("".join(json.dumps(b) + "\n" for b in lines))
+    out = build(ResultStore(tmp_path / "work"), tmp_path / "r2.md", tmp_path / "a2", "identical", None)
     assert out.picks["all"].arm == "ngram-mod"
-    assert raw["summary"]["ngram-mod"]["all"]["acceptance"] == pytest.approx(0.75)
-    assert raw["summary"]["ngram-mod"]["all"]["mean_accept_len"] == pytest.approx(4.0)
-    variables = yaml.safe_load(out.vars_file.read_text())  # type: ignore[union-attr]
-    assert variables["llama_server_spec_type"] == "ngram-mod"
-    assert set(variables) >= {
-        "llama_server_draft_n_max",
-        "llama_server_flash_attn",
-        "llama_server_cache_type_v",
-        "llama_server_repack",
-        "llama_server_threads",
-        "llama_server_draft_threads",
-    }
-    # under "identical" the fake's ngram output differs?  No: same text → it also qualifies
-    ident = build(store, tmp_path / "r2.md", tmp_path / "a2", "identical", None)
-    assert ident.picks["all"].arm == "ngram-mod"
-    # an arm whose text differs is excluded under the identity rule
-    monkeypatch.setenv("FAKE_TEXT_SUFFIX", " (different)")
-    for rep in range(2):
-        store.path("ngram-mod", rep).unlink()
-    run_bench(cfg, arms[2:], store, {"server": run_server_arm}, Progress(99, quiet=True))
-    ident = build(store, tmp_path / "r3.md", tmp_path / "a3", "identical", None)
-    assert ident.picks["all"].arm == "baseline"
-    assert "output differs" in ident.picks["all"].rejected["ngram-mod"]
+    assert "output differs" in out.picks["all"].rejected["ngram-simple"]
+
+
+def _original_fixed():
+    from specops.bench import arms
+
+    return arms._fixed_arms
+
+
+def _fast_ngram(orig):
+    def fixed() -> dict[str, Arm]:
+        out = orig()
+        out["ngram-simple"] = replace(out["ngram-simple"], env={"FAKE_TPS": "80", "FAKE_SPEC": "1"})
+        out["ngram-mod"] = replace(out["ngram-mod"], env={"FAKE_TPS": "70", "FAKE_SPEC": "1"})
+        return out
+    return fixed

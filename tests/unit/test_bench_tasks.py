@@ -9,11 +9,16 @@ import pytest
 from specops.bench.tasks import TaskError, load_file, load_tasks, task_set_digest, workloads_of
 
 
-def test_standard_set_has_ten_of_each_workload() -> None:
+def test_standard_set_shape() -> None:
     tasks = load_tasks()
     counts = {w: sum(t.workload == w for t in tasks) for w in workloads_of(tasks)}
-    assert set(counts) == {"tool_calls", "code", "prose"}
-    assert all(n >= 10 for n in counts.values()), counts
+    assert set(counts) == {"tool_calls", "code", "prose", "edit"}
+    assert all(n >= 10 for w, n in counts.items() if w != "edit"), counts
+    assert counts["edit"] >= 8
+    edits = [t for t in tasks if t.workload == "edit"]
+    assert all("copy-heavy" in t.tags for t in edits)
+    # most of an edit's answer repeats the prompt: the block to edit is longer than a 192-token answer
+    assert all(len(t.messages[-1][1]) > 600 for t in edits)
     assert sum("copy-heavy" in t.tags for t in tasks) >= 5
     assert sum("structured-json" in t.tags for t in tasks) >= 5
     assert len({t.messages[-1][1] for t in tasks}) == len(tasks), "prompts must be varied"

@@ -1,7 +1,7 @@
-"""``specops bench``: speculative decoding measured against baseline on a versioned task set.
+"""``specops bench``: does speculative decoding pay on this host? Measured against baseline on a versioned task set.
 
-Modules: :mod:`tasks` (task set), :mod:`arms` (what is compared), :mod:`runner` (fresh server per
-arm, interleaved repetitions), :mod:`speculative_cli` (llama-speculative cross-check),
-:mod:`quantize` (cheaper drafts), :mod:`ceiling` (hardware ceiling and prediction), :mod:`stats`,
-:mod:`identity`, :mod:`analysis`, :mod:`recommend`, :mod:`report`, :mod:`inventory`, :mod:`summary`.
+Modules: :mod:`tasks` (task set), :mod:`arms` (what is compared), :mod:`ceiling` (hardware ceiling, pruning and
+prediction), :mod:`design` (the paired, sequential design: blocks, stopping), :mod:`runner` (servers side by
+side, requests alternating), :mod:`quantize` (cheaper drafts), :mod:`stats`, :mod:`identity`, :mod:`analysis`,
+:mod:`recommend` (A/A-gated), :mod:`report`, :mod:`inventory`, :mod:`summary`, :mod:`store`.
 """

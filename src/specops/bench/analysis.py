@@ -1,16 +1,22 @@
-"""Turn stored arm-repetitions into per-arm, per-workload numbers (the report's tables)."""
+"""Turn the stored blocks into per-arm, per-workload numbers (the report's tables).
+
+Speed comes from the design (:mod:`specops.bench.design`: ratios formed inside each block); this module
+adds what the requests themselves say: rates, latencies, acceptance from the counters, identity with
+the reference, the speed the hardware-ceiling model predicts from the measured acceptance.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from specops.bench import ceiling as ceil
 from specops.bench import identity
-from specops.bench.arms import BASELINE
-from specops.bench.stats import Interval, mean, speedup
+from specops.bench.arms import AA, BASELINE
+from specops.bench.design import Block, Design, conclusion, rel_half_width
+from specops.bench.stats import Interval, mean
 
 ALL = "all"
 
@@ -22,16 +28,17 @@ class ArmWorkload:
     arm: str
     workload: str
     requests: int = 0
+    tasks: int = 0
     tokens: int = 0
     decode_tps: float | None = None
-    wall_decode_tps: float | None = None
     ttft_s: float | None = None
     e2e_s: float | None = None
     acceptance: float | None = None
     mean_accept_len: float | None = None
     mean_draft_len: float | None = None
     speedup: Interval | None = None
-    wall_speedup: Interval | None = None
+    conclusion: str = "inconclusive"
+    stopped: str | None = None
     predicted: float | None = None
     ceiling: float | None = None
     identical: int = 0
@@ -39,76 +46,98 @@ class ArmWorkload:
     divergences: list[dict[str, Any]] = field(default_factory=list)
     per_pos: dict[str, float] = field(default_factory=dict)
     drafts: float = 0.0
-    rss_peak: int = 0
 
     @property
     def all_identical(self) -> bool:
         return self.compared > 0 and self.identical == self.compared
 
+    @property
+    def half_width(self) -> float | None:
+        if self.speedup is None:
+            return None
+        hw = rel_half_width(self.speedup)
+        return hw if math.isfinite(hw) else None
+
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["speedup"] = self.speedup.to_dict() if self.speedup else None
-        d["wall_speedup"] = self.wall_speedup.to_dict() if self.wall_speedup else None
         d["all_identical"] = self.all_identical
+        d["half_width"] = self.half_width
         return d
 
 
-def _avg(values: list[float]) -> float | None:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
+def _avg(values: Iterable[float | None]) -> float | None:
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     return mean(vals) if vals else None
 
 
-def _by_task(reqs: list[dict[str, Any]], key: str) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for r in reqs:
-        v = r.get(key)
-        if v:
-            out.setdefault(r["task"], []).append(float(v))
+def replay_design(blocks: list[dict[str, Any]], design: Design) -> Design:
+    for rec in blocks:
+        if rec.get("type") == "fail":
+            design.fail(rec["arm"], rec["why"])
+            continue
+        b = Block(rec["index"], rec["rep"], rec["workload"], rec["task"], tuple(rec["arms"]))
+        design.add(b, {a: r.get("decode_tps") for a, r in rec["results"].items()})
+    return design
+
+
+def requests_of(blocks: list[dict[str, Any]], arm: str, wl: str) -> list[dict[str, Any]]:
+    """The arm's answered requests on a workload (``all``: every workload), with task, workload, rep."""
+    out = []
+    for rec in blocks:
+        if rec.get("type") == "fail" or (wl != ALL and rec["workload"] != wl):
+            continue
+        r = rec["results"].get(arm)
+        if r is not None and "error" not in r:
+            out.append({**r, "task": rec["task"], "workload": rec["workload"], "rep": rec["rep"],
+                        "block": rec["index"]})
     return out
 
 
-def _texts(reps: Mapping[int, Mapping[str, Any]], workload: str) -> dict[int, dict[str, str]]:
-    return {
-        rep: {
-            r["task"]: r.get("text", "")
-            for r in rec.get("requests", [])
-            if (workload == ALL or r["workload"] == workload) and r.get("text_exact", True)
-        }
-        for rep, rec in reps.items()
-    }
+def _reference_texts(blocks: list[dict[str, Any]], ref: str) -> dict[str, str]:
+    """The reference's text per task (its first answer; the A/A twin checks that it is deterministic)."""
+    out: dict[str, str] = {}
+    for rec in blocks:
+        r = rec.get("results", {}).get(ref)
+        if r is not None and "error" not in r and rec["task"] not in out:
+            out[rec["task"]] = r.get("text", "")
+    return out
+
+
+def _texts_by_rep(reqs: list[dict[str, Any]]) -> dict[int, dict[str, str]]:
+    out: dict[int, dict[str, str]] = {}
+    for r in reqs:
+        out.setdefault(r["rep"], {})[r["task"]] = r.get("text", "")
+    return out
 
 
 def analyse(
-    data: Mapping[str, Mapping[int, Mapping[str, Any]]],
+    blocks: list[dict[str, Any]],
+    design: Design,
     arm_defs: Mapping[str, Mapping[str, Any]],
-    workloads: list[str],
     ceiling: Mapping[str, Any] | None,
 ) -> dict[str, dict[str, ArmWorkload]]:
     """``{arm: {workload: ArmWorkload}}`` for every arm with data (``workload`` includes ``all``)."""
-    base = data.get(BASELINE, {})
+    workloads = design.workloads
     out: dict[str, dict[str, ArmWorkload]] = {}
-    for arm, reps in data.items():
+    for arm in [BASELINE, AA, *design.arms]:
         adef = arm_defs.get(arm, {})
         ref_name = adef.get("reference", BASELINE)
-        ref_reps = data.get(ref_name, {})
+        ref_texts = _reference_texts(blocks, ref_name)
         numerics = ceil.Numerics.of_profile(adef.get("profile", {}), adef.get("env", {})).name
         rel = ceil.relative_for(ceiling, numerics) if ceiling else None
-        if adef.get("draft") is None:
-            r_cost = 0.0  # n-gram arms: drafting is a table lookup
-        else:
-            r_cost = ceil.draft_cost_ratio(ceiling, adef.get("draft"), numerics) if ceiling else float("nan")
-        out[arm] = {}
+        r_cost = ceil.draft_cost_ratio(ceiling, adef.get("draft"), numerics) if ceiling else float("nan")
+        draft_rel = ceil.draft_relative_for(ceiling, adef.get("draft")) if ceiling else None
+        rows: dict[str, ArmWorkload] = {}
         for wl in [*workloads, ALL]:
-            reqs = [r for rec in reps.values() for r in rec.get("requests", []) if wl == ALL or r["workload"] == wl]
+            reqs = requests_of(blocks, arm, wl)
             if not reqs:
                 continue
-            aw = ArmWorkload(arm, wl, requests=len(reqs))
-            aw.rss_peak = max(int((rec.get("rss") or {}).get("peak") or 0) for rec in reps.values())
+            aw = ArmWorkload(arm, wl, requests=len(reqs), tasks=len({r["task"] for r in reqs}))
             aw.tokens = sum(int(r.get("n_predicted") or 0) for r in reqs)
-            aw.decode_tps = _avg([r.get("decode_tps") for r in reqs])
-            aw.wall_decode_tps = _avg([r.get("wall_decode_tps") for r in reqs])
-            aw.ttft_s = _avg([r.get("ttft_s") for r in reqs])
-            aw.e2e_s = _avg([r.get("e2e_s") for r in reqs])
+            aw.decode_tps = _avg(r.get("decode_tps") for r in reqs)
+            aw.ttft_s = _avg(r.get("ttft_s") for r in reqs)
+            aw.e2e_s = _avg(r.get("e2e_s") for r in reqs)
             dn = sum(int((r.get("timings") or {}).get("draft_n") or 0) for r in reqs)
             da = sum(int((r.get("timings") or {}).get("draft_n_accepted") or 0) for r in reqs)
             drafts = sum(float((r.get("spec") or {}).get("drafts") or 0) for r in reqs)
@@ -121,40 +150,37 @@ def analyse(
             for r in reqs:
                 for pos, v in ((r.get("spec") or {}).get("per_pos") or {}).items():
                     aw.per_pos[pos] = aw.per_pos.get(pos, 0.0) + float(v)
-            base_reqs = [
-                r for rec in base.values() for r in rec.get("requests", []) if wl == ALL or r["workload"] == wl
-            ]
-            if base_reqs:
-                aw.speedup = speedup(_by_task(reqs, "decode_tps"), _by_task(base_reqs, "decode_tps"))
-                aw.wall_speedup = speedup(_by_task(reqs, "wall_decode_tps"), _by_task(base_reqs, "wall_decode_tps"))
+            if arm != BASELINE:
+                aw.speedup = design.interval(arm, wl) if wl != ALL else design.mix_interval(arm)
+                aw.conclusion = conclusion(aw.speedup, design.half_width)
+                if arm in design.status and wl != ALL:
+                    aw.stopped = design.status[arm][wl].stopped
             if rel and drafts:
                 n_dec = sum(max(0, int(r.get("n_predicted") or 0) - 1) for r in reqs)
-                pred = ceil.predict(n_dec, drafts, dn, da, rel, r_cost if math.isfinite(r_cost) else 0.0)
+                pred = ceil.predict(n_dec, drafts, dn, da, rel, r_cost if math.isfinite(r_cost) else 0.0, draft_rel)
                 if pred:
                     aw.predicted = pred.predicted if math.isfinite(r_cost) else None
                     aw.ceiling = pred.ceiling
-            # identity against the reference's first repetition
-            if ref_reps:
-                first_ref = ref_reps[min(ref_reps)]
-                ref_texts = {r["task"]: r.get("text", "") for r in first_ref.get("requests", [])}
-                if arm == ref_name:
-                    res = identity.self_consistency(arm, _texts(reps, wl))
-                else:
-                    res = identity.compare(arm, ref_name, _texts(reps, wl), ref_texts)
-                aw.identical, aw.compared = res.identical, res.compared
-                aw.divergences = [d.to_dict() for d in res.divergences]
-            out[arm][wl] = aw
+            if arm == BASELINE:
+                res = identity.self_consistency(arm, _texts_by_rep(reqs))
+            else:
+                res = identity.compare(arm, ref_name, _texts_by_rep(reqs), ref_texts)
+            aw.identical, aw.compared = res.identical, res.compared
+            aw.divergences = [d.to_dict() for d in res.divergences]
+            rows[wl] = aw
+        if rows:
+            out[arm] = rows
     return out
 
 
 def ref_deterministic(results: Mapping[str, Mapping[str, ArmWorkload]], ref: str, wl: str) -> bool | None:
-    """Is a reference arm identical with itself (over reps, and for ``baseline`` with ``baseline-again``)?"""
+    """Is a reference arm identical with itself (over repetitions, and ``baseline`` with its A/A twin)?"""
     checks: list[ArmWorkload] = []
     own = results.get(ref, {}).get(wl)
     if own and own.compared:
         checks.append(own)
     if ref == BASELINE:
-        again = results.get("baseline-again", {}).get(wl)
+        again = results.get(AA, {}).get(wl)
         if again and again.compared:
             checks.append(again)
     if not checks:

@@ -27,6 +27,7 @@ from typing import Any
 from specops.profile import NGRAM_TYPES
 
 BASELINE = "baseline"
+AA = "baseline-again"
 EXACT_CACHE = {"flash_attn": "on", "cache_type_v": "q8_0"}
 NO_TILED_ENV = {"GGML_CPU_TILED_MM": "0"}
 DEFAULT_QUANTS = ("Q4_0", "Q3_K_M", "IQ4_XS")
@@ -40,8 +41,7 @@ class ArmError(ValueError):
 class Arm:
     """One bench arm.
 
-    ``kind``: ``server`` (a fresh llama-server per repetition) or ``speculative-cli`` (llama.cpp's
-    ``llama-speculative`` reference binary). ``draft``: ``None`` (no draft), ``"draft"`` (the draft
+    ``draft``: ``None`` (no draft), ``"draft"`` (the draft
     model given to the bench) or a llama-quantize type such as ``"Q4_0"`` (a derived draft).
     ``reference``: the arm whose output this arm must reproduce byte for byte (a non-speculative run
     with the same numerics settings). ``family`` groups arms in tables and plots.
@@ -54,16 +54,15 @@ class Arm:
     draft: str | None = None
     reference: str = BASELINE
     family: str = "draft"
-    kind: str = "server"
 
     @property
     def speculative(self) -> bool:
-        return self.profile.get("spec_type", "auto") != "none" or self.kind != "server"
+        return self.profile.get("spec_type", "auto") != "none"
 
     @property
     def is_reference(self) -> bool:
         """A non-speculative arm (baseline or an exact baseline)."""
-        return self.kind == "server" and self.profile.get("spec_type") == "none"
+        return self.profile.get("spec_type") == "none"
 
     @property
     def n_max(self) -> int | None:
@@ -79,7 +78,6 @@ class Arm:
             "draft": self.draft,
             "reference": self.reference,
             "family": self.family,
-            "kind": self.kind,
         }
 
 
@@ -170,7 +168,8 @@ def parse_arm(name: str) -> Arm:
 def _fixed_arms() -> dict[str, Arm]:
     arms = [
         _none(BASELINE, "no speculation (--spec-type none)", "baseline", BASELINE),
-        _none("baseline-again", "baseline run again as its own arm: determinism check", "baseline", BASELINE),
+        _none(AA, "a second baseline server, loaded beside the first: the A/A check (and determinism)", "baseline",
+              BASELINE),
         Arm(
             "draft-plain",
             "draft model with llama.cpp's own draft limits (no n-max/n-min/p-min given)",
@@ -206,14 +205,6 @@ def _fixed_arms() -> dict[str, Arm]:
             reference="exact-nr-baseline",
             family="exact",
         ),
-        Arm(
-            "cli-draft-n8",
-            "llama.cpp's llama-speculative reference binary, draft n-max 8 (cross-check of the server's draft-n8)",
-            {"spec_type": "draft-simple", "draft_n_max": 8},
-            draft="draft",
-            family="reference",
-            kind="speculative-cli",
-        ),
     ]
     for t in NGRAM_TYPES:
         arms.append(
@@ -228,42 +219,32 @@ def _fixed_arms() -> dict[str, Arm]:
 
 
 def standard_arm_names(
-    n_max: tuple[int, ...] = (4, 8, 16),
-    p_min: tuple[float, ...] = (0.8,),
-    n_min: tuple[int, ...] = (2,),
-    quants: tuple[str, ...] = DEFAULT_QUANTS,
+    n_max: tuple[int, ...] = (2, 4, 8),
+    p_min: tuple[float, ...] = (),
+    n_min: tuple[int, ...] = (),
+    quants: tuple[str, ...] = (),
     quant_n_max: int = 4,
     exact_n_max: tuple[int, ...] = (2,),
-    exact_nr_n_max: tuple[int, ...] = (3, 8),
-    cli: bool = True,
-    ngram_short: tuple[str, ...] = ("ngram-mod-n8", "ngram-simple-m8"),
-    exact_ngram: tuple[str, ...] = ("exact-ngram-mod-n2",),
+    exact_nr_n_max: tuple[int, ...] = (),
+    ngram: tuple[str, ...] = ("ngram-simple", "ngram-mod", "ngram-map-k"),
+    ngram_short: tuple[str, ...] = (),
+    exact_ngram: tuple[str, ...] = (),
 ) -> list[str]:
-    """The arms of the ticket, in the order they run within one repetition.
-
-    The two baselines are spread apart so they do not share one stretch of machine noise.
+    """The standard arms: draft lengths of the draft model, the service's default profile (``exact-n2``:
+    draft n-max 2 with the numerics that keep greedy output identical) and llama.cpp's n-gram types.
+    The baseline and its A/A twin are always added by :func:`select_arms`. More on request: p-min,
+    n-min, re-quantised drafts, the ``exact-nr`` numerics, short n-gram drafts.
     """
-    names = [BASELINE]
+    names: list[str] = []
     names += [f"draft-n{k}" for k in n_max]
-    names += ["draft-plain", "spec-default", "seeds"]
     names += [f"draft-n8-p{p:g}" for p in p_min]
     names += [f"draft-n8-nmin{m}" for m in n_min]
-    names += list(NGRAM_TYPES_STANDARD)
-    names += list(ngram_short)
-    names.append("baseline-again")
     names += [f"draft-{q.lower()}-n{quant_n_max}" for q in quants]
-    if exact_n_max:
-        names.append("exact-baseline")
-        names += [f"exact-n{k}" for k in exact_n_max]
-    if exact_ngram:
-        if "exact-baseline" not in names:
-            names.append("exact-baseline")
-        names += list(exact_ngram)
-    if exact_nr_n_max:
-        names.append("exact-nr-baseline")
-        names += [f"exact-nr-n{k}" for k in exact_nr_n_max]
-    if cli:
-        names.append("cli-draft-n8")
+    names += [f"exact-n{k}" for k in exact_n_max]
+    names += [f"exact-nr-n{k}" for k in exact_nr_n_max]
+    names += list(ngram)
+    names += list(ngram_short)
+    names += list(exact_ngram)
     return names
 
 
@@ -273,7 +254,8 @@ NGRAM_TYPES_STANDARD = ("ngram-simple", "ngram-mod", "ngram-map-k", "ngram-cache
 def select_arms(names: list[str]) -> list[Arm]:
     """Arms for ``names`` (deduplicated, order kept), plus the references they need.
 
-    ``baseline`` is always included: every speedup is relative to it.
+    ``baseline`` and ``baseline-again`` (its A/A twin) are always included: every speedup is relative to
+    them. A reference an arm needs for the identity check (``exact-baseline``) comes right after it.
     """
     out: list[Arm] = []
     seen: set[str] = set()
@@ -287,17 +269,9 @@ def select_arms(names: list[str]) -> list[Arm]:
     if not parsed:
         raise ArmError("no arms selected")
     add(parse_arm(BASELINE))
+    add(parse_arm(AA))
     for arm in parsed:
         if arm.reference not in seen and arm.reference != arm.name:
             add(parse_arm(arm.reference))
         add(arm)
     return out
-
-
-def interleaved_order(arms: list[Arm], rep: int) -> list[Arm]:
-    """Arms in the order of repetition ``rep``: rotated by one each repetition so every arm meets
-    every stretch of a drifting machine, and no arm always runs right after another one."""
-    if not arms:
-        return []
-    k = rep % len(arms)
-    return arms[k:] + arms[:k]

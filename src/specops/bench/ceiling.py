@@ -1,29 +1,36 @@
-"""The hardware ceiling: what speculation can gain on this host at all, whatever the draft.
+"""The hardware ceiling: what speculation can gain on this host at all, whatever the acceptance.
 
-Speculation replaces k+1 target decode steps by one verification of a batch of k+1 tokens (k
-drafted + the last accepted one) plus the draft's own work. On a GPU a batch of 8 costs about one
-step; on a memory-bound 2-core CPU it does not. We measure it directly with llama.cpp's
-``llama-bench``: ``-p k -n 0 -d D`` times one batch of k tokens on a context already holding D
-tokens, exactly the shape of a verification, for k = 1…17 (``-p 1`` is one ordinary decode step).
-``c(k) = t(k) / t(1)`` is the cost of verifying k tokens in decode steps.
+Speculation replaces k+1 target decode steps by one verification of a batch of k+1 tokens (k drafted +
+the last accepted one) plus the draft's own work. On a GPU a batch of 8 costs about one step; on a
+memory-bound 2-core CPU it does not. llama.cpp's ``llama-bench -p k -n 0 -d D`` times one batch of k
+tokens on a context already holding D tokens, the shape of a verification (``-p 1`` is one ordinary
+decode step): ``c(k) = t(k) / t(1)`` is the cost of verifying k tokens in decode steps. The same run on
+the draft model gives its step cost ``r`` (draft step ÷ target step) and its own batch curve ``c_d(k)``.
 
-(The alternative, ``llama-server --spec-synth-len``, fakes acceptance but still runs the draft
-model, so it mixes draft cost into the curve; llama-bench isolates the target's batch cost.)
+What a draft-model round costs at the pinned llama.cpp (``tools/server/server-context.cpp``, marked
+``TAG_SPEC_AVOID_DRAFT_REEVAL``): the server re-evaluates every verified batch on the draft model as well,
+to keep the draft's cache in step, and then drafts k tokens one step at a time. So one round costs
 
-From c(k) and the draft's cost r (one draft step / one target step, also from ``llama-bench -p 1``):
+    c(k+1) + r·(c_d(k+1) + k)           target steps, for 1 + accepted tokens.
 
-* perfect-acceptance ceiling for draft length k, free draft: (k+1) / c(k+1)
-* … with the draft's cost:                                  (k+1) / (c(k+1) + k·r)
-* predicted speedup of an arm from its measured counters: generated tokens N, drafts D, drafted
-  tokens T, accepted A. D verification steps yield A + D tokens; the other N - A - D tokens take
-  one plain step each; drafting costs T·r. Speedup = N / ((N - A - D) + D·c(T/D + 1) + T·r), and the
-  arm's own ceiling (free draft) drops the T·r term.
+N-gram drafts cost nothing to make (a table lookup): c(k+1).
+
+* perfect-acceptance ceiling for draft length k: (k+1) / that cost.
+* predicted speedup of an arm from its measured counters: generated tokens N, drafts D, drafted tokens T,
+  accepted A. D rounds yield A + D tokens; the other N - A - D tokens take one plain step each. Speedup =
+  N / ((N - A - D) + D·(c(T/D + 1) + r·c_d(T/D + 1)) + T·r); the arm's own ceiling (free draft) drops the
+  draft terms.
+
+The model still leaves out the server's per-position work (the target outputs logits for all k+1
+positions, llama-bench's batch for one; sampling; streaming), so it is optimistic: fine for pruning
+(an arm it says cannot pay cannot), and the report shows how far the measured speed falls below it.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-KS = tuple(range(1, 18))
+KS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 17, 25, 33, 49, 65)
+DRAFT_KS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 17)
+# llama.cpp's own draft lengths at the pinned commit (llama-server --help), for arms that leave them unset
+DEFAULT_DRAFT_N_MAX = 3
+NGRAM_DRAFT_N_MAX = {"ngram-mod": 64, "ngram-simple": 48, "ngram-map-k": 48, "ngram-map-k4v": 48,
+                     "ngram-cache": 3}
 
 
 class CeilingError(RuntimeError):
@@ -118,11 +130,19 @@ def run_llama_bench(argv: list[str], env: Mapping[str, str] | None = None, timeo
 
 
 def batch_times(records: Sequence[Mapping[str, Any]]) -> dict[int, float]:
-    """``{k: seconds for one batch of k tokens}`` from llama-bench JSON records."""
+    """``{k: seconds for one batch of k tokens}`` from llama-bench JSON records: the median of the
+    repetitions (``samples_ns``), so one stalled repetition on a shared machine does not move it; the
+    average where a build reports no samples."""
     out: dict[int, float] = {}
     for r in records:
         if int(r.get("n_gen", 0)) == 0 and int(r.get("n_prompt", 0)) > 0:
-            out[int(r["n_prompt"])] = float(r["avg_ns"]) / 1e9
+            samples = sorted(float(x) for x in r.get("samples_ns") or [])
+            if samples:
+                mid = len(samples) // 2
+                ns = samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2
+            else:
+                ns = float(r["avg_ns"])
+            out[int(r["n_prompt"])] = ns / 1e9
     if 1 not in out:
         raise CeilingError("no single-token (k=1) measurement in llama-bench output")
     return dict(sorted(out.items()))
@@ -146,9 +166,20 @@ def cost_at(rel: Mapping[int, float], k: float) -> float:
     return rel[last] + slope * (k - last)
 
 
-def perfect_ceiling(rel: Mapping[int, float], k: int, draft_cost: float = 0.0) -> float:
+def round_cost(rel: Mapping[int, float], k: float, draft_cost: float = 0.0,
+               draft_rel: Mapping[int, float] | None = None) -> float:
+    """Target steps for one round drafting k tokens: verify k+1, and with a draft model re-evaluate the
+    verified batch on it (when its curve ``draft_rel`` is known) and draft k tokens."""
+    cost = cost_at(rel, k + 1) + k * draft_cost
+    if draft_cost and draft_rel:
+        cost += draft_cost * cost_at(draft_rel, k + 1)
+    return cost
+
+
+def perfect_ceiling(rel: Mapping[int, float], k: int, draft_cost: float = 0.0,
+                    draft_rel: Mapping[int, float] | None = None) -> float:
     """Speedup with every one of k drafted tokens accepted."""
-    return (k + 1) / (cost_at(rel, k + 1) + k * draft_cost)
+    return (k + 1) / round_cost(rel, k, draft_cost, draft_rel)
 
 
 @dataclass(frozen=True)
@@ -168,6 +199,7 @@ def predict(
     accepted: float,
     rel: Mapping[int, float],
     draft_cost: float,
+    draft_rel: Mapping[int, float] | None = None,
 ) -> Prediction | None:
     """Predicted speedup (and the draft-free ceiling) from an arm's counters; None without data."""
     if n_tokens <= 0:
@@ -177,7 +209,9 @@ def predict(
     kbar = drafted / drafts
     plain = max(0.0, n_tokens - accepted - drafts)
     verify = drafts * cost_at(rel, kbar + 1)
-    return Prediction(n_tokens / (plain + verify + drafted * draft_cost), n_tokens / (plain + verify), kbar)
+    reeval = drafts * draft_cost * cost_at(draft_rel, kbar + 1) if draft_cost and draft_rel else 0.0
+    return Prediction(n_tokens / (plain + verify + reeval + drafted * draft_cost), n_tokens / (plain + verify),
+                      kbar)
 
 
 def measure(
@@ -191,7 +225,7 @@ def measure(
     progress: Callable[[str], None] = print,
     ks: Sequence[int] = KS,
 ) -> dict[str, Any]:
-    """Run llama-bench for the target under each numerics setting and for each draft model (k=1)."""
+    """Run llama-bench for the target under each numerics setting and for each draft model."""
     ks = tuple(ks)
     out: dict[str, Any] = {
         "depth": depth,
@@ -209,11 +243,14 @@ def measure(
         out["target"][num.name] = {"batch_s": times, "relative": relative_cost(times)}
         out["argv"][f"target:{num.name}"] = argv
     default = Numerics("default")
+    dks = tuple(k for k in ks if k <= max(DRAFT_KS)) or (1,)
+    out["draft"] = {}
     for name, path in drafts.items():
-        argv = llama_bench_argv(bench_bin, path, (1,), depth, reps, threads, default)
-        progress(f"ceiling: llama-bench draft {name} (one step, depth {depth})")
+        argv = llama_bench_argv(bench_bin, path, dks, depth, reps, threads, default)
+        progress(f"ceiling: llama-bench draft {name} (k=1..{dks[-1]}, depth {depth})")
         times = batch_times(run_llama_bench(argv))
         out["draft_step_s"][name] = times[1]
+        out["draft"][name] = {"batch_s": times, "relative": relative_cost(times)}
         out["argv"][f"draft:{name}"] = argv
     return out
 
@@ -233,6 +270,85 @@ def _as_int_keys(d: Mapping[Any, float]) -> dict[int, float]:
     return {int(k): float(v) for k, v in d.items()}
 
 
+def draft_relative_for(ceiling: Mapping[str, Any], draft: str | None) -> dict[int, float] | None:
+    """The draft model's own batch curve c_d(k) (None for n-gram arms, or a ceiling measured without it)."""
+    if draft is None:
+        return None
+    d = (ceiling.get("draft") or {}).get(draft)
+    return _as_int_keys(d["relative"]) if d else None
+
+
 def relative_for(ceiling: Mapping[str, Any], numerics: str) -> dict[int, float] | None:
     tgt = ceiling.get("target", {}).get(numerics) or ceiling.get("target", {}).get("default")
     return _as_int_keys(tgt["relative"]) if tgt else None
+
+
+@dataclass(frozen=True)
+class ArmCeiling:
+    """The best an arm can do on this host: every drafted token accepted, at the best draft length it may use.
+
+    ``best`` is optimistic on purpose (llama-bench's batch and draft costs, no server overhead), so an arm
+    whose ``best`` is below 1 + margin cannot pay here whatever its acceptance."""
+
+    arm: str
+    best: float
+    at_k: int
+    n_max: int
+    draft_cost: float
+    numerics: str
+
+    def pays(self, margin: float) -> bool:
+        return self.best >= 1.0 + margin
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def arm_n_max(profile: Mapping[str, Any]) -> int:
+    """The longest draft an arm may verify, from its profile or llama.cpp's defaults for its type."""
+    spec = profile.get("spec_type", "auto")
+    if spec in NGRAM_DRAFT_N_MAX:
+        if spec == "ngram-mod":
+            return int(profile.get("draft_n_max") or NGRAM_DRAFT_N_MAX[spec])
+        if spec == "ngram-cache":
+            return int(profile.get("draft_n_max") or NGRAM_DRAFT_N_MAX[spec])
+        return int(profile.get("ngram_size_m") or NGRAM_DRAFT_N_MAX[spec])
+    return int(profile.get("draft_n_max") or DEFAULT_DRAFT_N_MAX)
+
+
+def arm_ceiling(name: str, arm_def: Mapping[str, Any], ceiling: Mapping[str, Any]) -> ArmCeiling | None:
+    """Perfect-acceptance ceiling of a speculative arm from the measured c(k) and draft cost; None when the
+    measurement does not cover the arm (its numerics or its draft were not measured)."""
+    profile = arm_def.get("profile", {})
+    numerics = Numerics.of_profile(profile, arm_def.get("env", {})).name
+    rel = relative_for(ceiling, numerics)
+    if rel is None:
+        return None
+    r = draft_cost_ratio(ceiling, arm_def.get("draft"), numerics)
+    if not math.isfinite(r):
+        return None
+    n_max = arm_n_max(profile)
+    draft_rel = draft_relative_for(ceiling, arm_def.get("draft"))
+    best, at = 0.0, 1
+    for k in range(1, n_max + 1):
+        c = perfect_ceiling(rel, k, r, draft_rel)
+        if c > best:
+            best, at = c, k
+    return ArmCeiling(name, best, at, n_max, r, numerics)
+
+
+def prune(arm_defs: Mapping[str, Mapping[str, Any]], ceiling: Mapping[str, Any] | None,
+          margin: float) -> tuple[list[str], dict[str, ArmCeiling]]:
+    """Split speculative arms into those that may pay here and those that cannot (name → their ceiling).
+
+    Arms the measurement does not cover, and non-speculative arms, are kept."""
+    keep: list[str] = []
+    cannot: dict[str, ArmCeiling] = {}
+    for name, d in arm_defs.items():
+        spec = d.get("profile", {}).get("spec_type", "auto")
+        ac = arm_ceiling(name, d, ceiling) if ceiling and spec != "none" else None
+        if ac is not None and not ac.pays(margin):
+            cannot[name] = ac
+        else:
+            keep.append(name)
+    return keep, cannot

@@ -6,14 +6,14 @@ import math
 import os
 import platform
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specops.bench import ceiling as ceil
 from specops.bench.analysis import ALL, ArmWorkload
-from specops.bench.arms import BASELINE
+from specops.bench.arms import AA, BASELINE
 from specops.bench.recommend import Pick
+from specops.bench.runner import fmt_s
 
 
 def machine_info() -> dict[str, Any]:
@@ -54,20 +54,19 @@ def _f(v: float | None, fmt: str = ".1f", none: str = "–") -> str:
     return none if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
 
 
-def _sp(aw: ArmWorkload | None, attr: str = "speedup") -> str:
-    iv = getattr(aw, attr, None) if aw else None
+def _sp(aw: ArmWorkload | None) -> str:
+    iv = aw.speedup if aw else None
     if iv is None:
         return "–"
     if not iv.has_ci:
-        return f"{iv.estimate:.2f}×"
+        return f"{iv.estimate:.2f}× (n={iv.n})"
+    assert iv.low is not None and iv.high is not None
     mark = " ▲" if iv.low > 1.0 else (" ▼" if iv.high < 1.0 else "")
     return f"{iv.estimate:.2f}× [{iv.low:.2f}–{iv.high:.2f}]{mark}"
 
 
 def _ident(aw: ArmWorkload) -> str:
-    if not aw.compared:
-        return "–"
-    return f"{aw.identical}/{aw.compared}"
+    return f"{aw.identical}/{aw.compared}" if aw.compared else "–"
 
 
 # ---- plots -----------------------------------------------------------------------------------
@@ -82,9 +81,10 @@ def _save(fig: Any, path: Path) -> Path:
 
 def plots(
     results: Mapping[str, Mapping[str, ArmWorkload]],
-    arm_defs: Mapping[str, Mapping[str, Any]],
+    arms: Sequence[str],
     workloads: list[str],
     ceiling: Mapping[str, Any] | None,
+    arm_ceilings: Mapping[str, Mapping[str, Any]],
     out_dir: Path,
 ) -> list[Path]:
     import matplotlib
@@ -95,374 +95,304 @@ def plots(
     out_dir.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []
 
-    # 1. speedup vs draft length, per workload, for the draft-length families
-    fams = {
-        "draft model": lambda d: (
-            d.get("family") == "draft" and not d["profile"].get("draft_p_min") and not d["profile"].get("draft_n_min")
-        ),
-        "exact profile": lambda d: d.get("family") == "exact" and d["profile"].get("spec_type") != "none",
-        "re-quantised draft": lambda d: d.get("family") == "quant",
-    }
-    fig, axes = plt.subplots(1, len(workloads) + 1, figsize=(4.2 * (len(workloads) + 1), 3.8), sharey=True)
-    for ax, wl in zip(list(getattr(axes, "flat", [axes])), [*workloads, ALL], strict=False):
-        for label, sel in fams.items():
-            pts = []
-            for name, d in arm_defs.items():
-                n = d.get("profile", {}).get("draft_n_max")
-                aw = results.get(name, {}).get(wl)
-                if n is not None and sel(d) and aw and aw.speedup:
-                    pts.append((int(n), aw.speedup.estimate, aw.speedup.low, aw.speedup.high, name))
-            pts.sort()
-            if pts:
-                xs = [p[0] for p in pts]
-                ys = [p[1] for p in pts]
-                lo = [p[1] - (p[2] if p[2] is not None else p[1]) for p in pts]
-                hi = [(p[3] if p[3] is not None else p[1]) - p[1] for p in pts]
-                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
-        for name, d in arm_defs.items():
-            aw = results.get(name, {}).get(wl)
-            if d.get("family") == "ngram" and aw and aw.speedup:
-                ax.axhline(aw.speedup.estimate, ls=":", lw=1, color="grey")
-                ax.annotate(name, (0.5, aw.speedup.estimate), fontsize=6, color="grey")
-        ax.axhline(1.0, color="black", lw=1)
+    # 1. speedup per arm and workload with its interval; the A/A check first
+    shown = [a for a in [AA, *arms] if a in results]
+    cols = [*workloads, ALL]
+    fig, axes = plt.subplots(1, len(cols), figsize=(3.2 * len(cols), 0.45 * len(shown) + 1.6), sharey=True)
+    for ax, wl in zip(list(getattr(axes, "flat", [axes])), cols, strict=False):
+        for y, arm in enumerate(shown):
+            aw = results.get(arm, {}).get(wl)
+            if not aw or not aw.speedup:
+                continue
+            iv = aw.speedup
+            lo = iv.estimate - (iv.low if iv.low is not None else iv.estimate)
+            hi = (iv.high if iv.high is not None else iv.estimate) - iv.estimate
+            color = "grey" if arm == AA else ("tab:red" if aw.conclusion == "slower" else
+                                             "tab:green" if aw.conclusion == "faster" else "tab:blue")
+            ax.errorbar([iv.estimate], [y], xerr=[[lo], [hi]], fmt="o", color=color, capsize=3)
+        ax.axvline(1.0, color="black", lw=1)
         ax.set_title(wl)
-        ax.set_xlabel("draft n-max")
-        ax.set_xscale("log", base=2)
+        ax.set_xlabel("speedup vs baseline")
     first = next(iter(getattr(axes, "flat", [axes])))
-    first.set_ylabel("speedup vs baseline (decode tok/s)")
-    if first.get_legend_handles_labels()[0]:
-        first.legend(fontsize=7)
-    fig.suptitle("Speedup vs draft length (95% CI; dotted: n-gram arms)")
-    made.append(_save(fig, out_dir / "speedup_vs_draft_length.png"))
+    first.set_yticks(range(len(shown)))
+    first.set_yticklabels(shown, fontsize=8)
+    first.invert_yaxis()
+    fig.suptitle("Decode speed against baseline, paired inside blocks (95% intervals; grey: A/A check)")
+    made.append(_save(fig, out_dir / "speedup_by_workload.png"))
 
     # 2. per-position acceptance (unconditional: accepted at position i / drafts)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    any_line = False
-    for name in arm_defs:
-        aw = results.get(name, {}).get(ALL)
-        if not aw or not aw.drafts or not aw.per_pos:
-            continue
-        pos = sorted(aw.per_pos, key=int)
-        ax.plot([int(x) + 1 for x in pos], [aw.per_pos[x] / aw.drafts for x in pos], marker=".", label=name)
-        any_line = True
-    ax.set_xlabel("draft position")
-    ax.set_ylabel("share of drafts accepted up to here")
-    ax.set_ylim(0, 1.05)
-    ax.set_title("Per-position acceptance (all tasks)")
-    if any_line:
+    lines = [(a, aw) for a in arms if (aw := results.get(a, {}).get(ALL)) and aw.drafts and aw.per_pos]
+    if lines:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, aw in lines:
+            pos = sorted(aw.per_pos, key=int)
+            ax.plot([int(x) + 1 for x in pos], [aw.per_pos[x] / aw.drafts for x in pos], marker=".", label=name)
+        ax.set_xlabel("draft position")
+        ax.set_ylabel("share of drafts accepted up to here")
+        ax.set_ylim(0, 1.05)
+        ax.set_xscale("log", base=2)
+        ax.set_title("Per-position acceptance (all tasks)")
         ax.legend(fontsize=6, ncol=2)
-    made.append(_save(fig, out_dir / "acceptance_per_position.png"))
+        made.append(_save(fig, out_dir / "acceptance_per_position.png"))
 
-    # 3. the hardware ceiling
+    # 3. the hardware ceiling and each arm's best case
     if ceiling and ceiling.get("target"):
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
         for num, t in ceiling["target"].items():
             rel = {int(k): float(v) for k, v in t["relative"].items()}
             ks = sorted(rel)
             a1.plot(ks, [rel[k] for k in ks], marker=".", label=num)
-            kk = [k for k in range(1, max(ks))]
-            a2.plot(kk, [ceil.perfect_ceiling(rel, k) for k in kk], marker=".", label=f"{num}, free draft")
-            r = ceil.draft_cost_ratio(ceiling, "draft", num)
-            if math.isfinite(r) and num == "default":
-                a2.plot(
-                    kk,
-                    [ceil.perfect_ceiling(rel, k, r) for k in kk],
-                    ls="--",
-                    label=f"{num}, draft cost r={r:.2f}",
-                )
         a1.plot(ks, ks, color="grey", ls=":", label="linear (no batching gain)")
         a1.axhline(1, color="black", lw=1)
         a1.set_xlabel("tokens verified in one batch (k)")
         a1.set_ylabel("cost in decode steps c(k)")
         a1.legend(fontsize=6)
-        a2.axhline(1, color="black", lw=1)
-        a2.set_xlabel("draft length, all accepted")
-        a2.set_ylabel("speedup ceiling")
-        a2.legend(fontsize=6)
-        fig.suptitle("Hardware ceiling (llama-bench, target model)")
+        names = list(arm_ceilings)
+        best = [float(arm_ceilings[n]["best"]) for n in names]
+        a2.barh(range(len(names)), best, color=["tab:red" if b < 1 else "tab:blue" for b in best])
+        a2.set_yticks(range(len(names)))
+        a2.set_yticklabels(names, fontsize=7)
+        a2.invert_yaxis()
+        a2.axvline(1, color="black", lw=1)
+        a2.set_xlabel("speedup at perfect acceptance (best draft length)")
+        fig.suptitle("Hardware ceiling (llama-bench): what each arm could gain at best on this host")
         made.append(_save(fig, out_dir / "hardware_ceiling.png"))
     return made
 
 
 # ---- markdown --------------------------------------------------------------------------------
-def findings(
-    results: Mapping[str, Mapping[str, ArmWorkload]],
-    arm_defs: Mapping[str, Mapping[str, Any]],
-    ceiling: Mapping[str, Any] | None,
-) -> list[str]:
-    """Plain statements computed from the numbers (no hand-written conclusions)."""
-    out: list[str] = []
-    row = lambda arm: results.get(arm, {}).get(ALL)  # noqa: E731
-    again = row("baseline-again")
-    base = row(BASELINE)
-    if again and again.compared:
-        out.append(
-            f"Baseline is {'deterministic' if again.all_identical else 'NOT deterministic'}: "
-            f"a second baseline server reproduced {again.identical}/{again.compared} outputs byte for byte"
-            + (
-                f" (and repetitions of the baseline {base.identical}/{base.compared})."
-                if base and base.compared
-                else "."
-            )
-        )
-    fastest = max(
-        ((a, r) for a, r in ((a, row(a)) for a in arm_defs if a != BASELINE) if r and r.speedup),
-        key=lambda ar: ar[1].speedup.estimate,  # type: ignore[union-attr]
-        default=None,
-    )
-    if fastest:
-        a, r = fastest
-        out.append(
-            f"Fastest arm on all tasks regardless of output: `{a}` at {r.speedup.fmt()}; "  # type: ignore[union-attr]
-            f"identical output on {r.identical}/{r.compared}."
-        )
-    fam: dict[str, list[ArmWorkload]] = {}
-    for a, d in arm_defs.items():
-        r = row(a)
-        if r and r.compared and d.get("profile", {}).get("spec_type") != "none" and d.get("kind") == "server":
-            fam.setdefault(d.get("family", "?"), []).append(r)
-    for f, rows in fam.items():
-        ident = sum(r.identical for r in rows)
-        comp = sum(r.compared for r in rows)
-        out.append(
-            f"Identity, {f} arms: {ident}/{comp} outputs identical to their reference "
-            f"({', '.join(f'{r.arm} {r.identical}/{r.compared}' for r in rows)})."
-        )
-    for ref in ("exact-baseline", "exact-nr-baseline"):
-        r = row(ref)
-        if r and r.speedup:
-            out.append(f"Cost of the `{ref}` numerics without speculation: {r.speedup.fmt()} of baseline speed.")
-    if ceiling and ceiling.get("target"):
-        rel = ceil.relative_for(ceiling, "default")
-        r_cost = ceil.draft_cost_ratio(ceiling, "draft")
-        if rel:
-            best = max(range(1, max(rel)), key=lambda k: ceil.perfect_ceiling(rel, k))
-            out.append(
-                f"Hardware ceiling: verifying k tokens costs c(2)={rel.get(2, float('nan')):.2f}, "
-                f"c(4)={ceil.cost_at(rel, 4):.2f}, c(8)={ceil.cost_at(rel, 8):.2f} decode steps; with every "
-                f"drafted token accepted and a free draft the best is {ceil.perfect_ceiling(rel, best):.2f}× "
-                f"(draft length {best})"
-                + (
-                    f"; with the Q4_K_M draft at {r_cost:.2f} of a target step, "
-                    f"{max(ceil.perfect_ceiling(rel, k, r_cost) for k in range(1, max(rel))):.2f}× at best."
-                    if math.isfinite(r_cost)
-                    else "."
-                )
-            )
-    cli, srv = row("cli-draft-n8"), row("draft-n8")
-    if cli and srv:
-        out.append(
-            f"Cross-check with llama-speculative (draft n-max 8): {_f(cli.decode_tps)} tok/s, acceptance "
-            f"{_f(cli.acceptance, '.2f')}, vs llama-server draft-n8 {_f(srv.decode_tps)} tok/s, acceptance "
-            f"{_f(srv.acceptance, '.2f')}."
-        )
-    return out
+def model_gap(aw: ArmWorkload, base: ArmWorkload | None) -> str:
+    """Where the ceiling model is off for an arm: the measured cost per verification step beyond the model,
+    in baseline decode steps."""
+    if aw.predicted is None or aw.speedup is None or not aw.drafts or base is None or not base.tokens:
+        return "–"
+    measured = 1.0 / aw.speedup.estimate
+    predicted = 1.0 / aw.predicted
+    tokens = max(1, aw.tokens - aw.requests)
+    extra_steps = (measured - predicted) * tokens / aw.drafts
+    return f"{extra_steps:+.2f} steps per verification"
+
+
+def _plain_verdict(deploy: Pick, arm_defs: Mapping[str, Mapping[str, Any]]) -> str:
+    if not deploy.valid:
+        return f"**No recommendation: the run is invalid.** {deploy.reason}"
+    if deploy.arm == BASELINE:
+        return (f"**Run the baseline (no speculative decoding) on this host.** {deploy.reason}. Speculation pays "
+                "only when verifying a batch of drafted tokens costs little more than one decode step and the "
+                "draft is cheap and usually right; the ceiling and the tables below show which fails here.")
+    d = arm_defs.get(deploy.arm, {})
+    return f"**Run `{deploy.arm}` on this host** ({d.get('description', '')}). {deploy.reason}."
 
 
 def markdown(
     plan: Mapping[str, Any],
+    outcome: Mapping[str, Any],
     results: Mapping[str, Mapping[str, ArmWorkload]],
     arm_defs: Mapping[str, Mapping[str, Any]],
     workloads: list[str],
     picks: Mapping[str, Pick],
     ceiling: Mapping[str, Any] | None,
-    goals: list[tuple[str, str]],
+    arm_ceilings: Mapping[str, Mapping[str, Any]],
+    pruned: Mapping[str, Mapping[str, Any]],
     images: list[str],
     rule: str,
     vars_text: str | None,
     raw_json: str,
+    reference: Mapping[str, Any] | None = None,
 ) -> str:
     m = plan.get("machine", {})
+    dz = plan.get("design", {})
     L: list[str] = []
     w = L.append
-    deploy = picks.get(ALL)
+    deploy = picks[ALL]
+    arms = [a for a in plan.get("arms", []) if a not in (BASELINE, AA)]
     w("# Speculative decoding benchmark\n")
-    w(
-        f"Machine **{m.get('hostname')}** — {m.get('cpu')}, {m.get('cores')} cores, "
-        f"{(m.get('mem_bytes') or 0) / 2**30:.0f} GiB RAM, {m.get('os')}, no GPU. "
-        f"Run {plan.get('started_at', '?')}{' (limited smoke run)' if plan.get('limited') else ''}.\n"
-    )
-    if plan.get("sample_every"):
-        counts = plan.get("workload_counts", {})
-        w(
-            f"Tasks: a systematic 1-in-{plan['sample_every']} sample of the task set (tasks 1, "
-            f"{1 + plan['sample_every']}, {1 + 2 * plan['sample_every']}, ... of each workload: "
-            + ", ".join(f"{n} {wl}" for wl, n in counts.items())
-            + "), chosen by position, not by result, to fit the run into the time this machine allows.\n"
-        )
+    w(f"Machine **{m.get('hostname')}** — {m.get('cpu')}, {m.get('cores')} cores, "
+      f"{(m.get('mem_bytes') or 0) / 2**30:.0f} GiB RAM, {m.get('os')}, no GPU. Run {plan.get('started_at', '?')}.\n")
+    w(f"**Wall time: {fmt_s(float(outcome.get('elapsed_s', 0)))}** for the arms"
+      + (f" + {fmt_s(float(plan['ceiling_s']))} for the hardware ceiling" if plan.get("ceiling_s") else "")
+      + (f" (budget {fmt_s(float(plan['budget_s']))})" if plan.get("budget_s") else "")
+      + f"; {outcome.get('blocks', 0)} blocks; the run ended: {outcome.get('ended', '?')}."
+      + (" Exhaustive mode: every arm, every task, no early stopping, no pruning." if dz.get("exhaustive") else "")
+      + "\n")
     w("## Verdict\n")
-    if deploy is not None:
-        if deploy.arm == BASELINE:
-            w(
-                f"**Run the baseline (no speculative decoding) in production.** {deploy.reason}. "
-                "Speculation only pays when verifying a batch of drafted tokens costs little more than one "
-                "decode step and the draft is cheap and usually right; the ceiling and acceptance tables "
-                "below show which of these fails on this host.\n"
-            )
-        else:
-            d = arm_defs.get(deploy.arm, {})
-            w(f"**Run `{deploy.arm}` in production** ({d.get('description', '')}). {deploy.reason}.\n")
-    w("| workload | recommended | speedup [95% CI] | why |")
-    w("| --- | --- | --- | --- |")
+    w(_plain_verdict(deploy, arm_defs) + "\n")
+    w("| workload | recommended | speedup [95% CI] | A/A check | every conclusion confident? | why |")
+    w("| --- | --- | --- | --- | --- | --- |")
     for wl in [*workloads, ALL]:
         pk = picks.get(wl)
         if pk:
-            w(f"| {wl} | `{pk.arm}` | {_sp(pk.speedup)} | {pk.reason} |")
+            arm = f"`{pk.arm}`" if pk.valid else "nothing (run invalid)"
+            conf = "yes" if pk.confident else f"no: {len(pk.unsettled)} unsettled"
+            w(f"| {wl} | {arm} | {_sp(pk.speedup)} | {pk.gate.reason} | {conf} | {pk.reason} |")
     w("")
-    if goals:
-        w("Goals of the ticket, checked on this run:\n")
-        for g, verdict in goals:
-            w(f"- {g}: {verdict}")
+    if reference:
+        w("## Agreement with the exhaustive reference run\n")
+        w(f"Reference: {reference.get('report')} — {reference.get('what')}; wall time "
+          f"**{fmt_s(float(reference.get('elapsed_s', 0)))}** against **{fmt_s(float(outcome.get('elapsed_s', 0)))}** "
+          "for this run.\n")
+        w("| workload | this run | exhaustive reference | same? |")
+        w("| --- | --- | --- | --- |")
+        for wl in [*workloads, ALL]:
+            mine = picks[wl].arm if picks[wl].valid else "nothing"
+            theirs = reference.get("picks", {}).get(wl, "–")
+            w(f"| {wl} | `{mine}` | `{theirs}` | {'yes' if mine == theirs else '**NO**'} |")
         w("")
     if vars_text:
         w(f"Inventory variables written for the service role (rule `{rule}`):\n")
         w("```yaml\n" + vars_text.strip() + "\n```\n")
+    elif not deploy.valid:
+        w("No inventory variables were written: an invalid run changes nothing.\n")
 
-    ld = plan.get("load_summary")
-    if ld:
-        w(
-            f"Machine load (1-min load average when each arm-repetition started; {m.get('cores')} cores): "
-            f"min {ld['min']:.1f}, median {ld['median']:.1f}, max {ld['max']:.1f}. A load well above the core "
-            "count means other work shared the CPU during the run: absolute tok/s are then low and noisy; "
-            "the interleaved ratios and their intervals are what to read.\n"
-        )
-    fs = findings(results, arm_defs, ceiling)
-    if fs:
-        w("## Findings\n")
-        for f in fs:
-            w(f"- {f}")
-        w("")
-    w("## Setup\n")
-    w(
-        f"- llama.cpp build: commit `{plan.get('build_commit')}`, {plan.get('compiler') or ''}; "
-        f"binaries from `{plan.get('llama_prefix')}`."
-    )
-    w(
-        f"- Target: `{Path(str(plan.get('target'))).name}` ({plan.get('target_size', 0) / 1e6:.0f} MB); "
-        f"draft: `{Path(str(plan.get('draft'))).name}` ({plan.get('draft_size', 0) / 1e6:.0f} MB)."
-    )
-    for q, info in (plan.get("derived_drafts") or {}).items():
-        w(
-            f"- Derived draft {q}: `{Path(info['path']).name}` ({info['size'] / 1e6:.0f} MB), made with "
-            "the built `llama-quantize --allow-requantize` from the Q4_K_M draft."
-        )
-    counts = plan.get("workload_counts", {})
-    w(
-        f"- Tasks: {plan.get('task_set')} (sha256 `{str(plan.get('task_set_digest'))[:16]}…`): "
-        + ", ".join(f"{k} {v}" for k, v in counts.items())
-        + "."
-    )
-    w(
-        f"- Every request: chat endpoint, streamed, temperature 0, seed {plan.get('seed')}, max tokens "
-        f"{plan.get('max_tokens')}, `cache_prompt: false`; threads {plan.get('threads') or 'default'}, "
-        f"context {plan.get('ctx_size')}."
-    )
-    w(
-        f"- Every arm-repetition is a fresh llama-server (argv from `specops.argv.build_argv`), one warm-up "
-        f"request, then all tasks once; {plan.get('reps')} repetitions, arm order rotated each repetition "
-        "(interleaved) so drift of this shared machine spreads over all arms."
-    )
-    w(
-        "- Speedup = geometric mean over tasks of (arm decode tok/s ÷ baseline decode tok/s, each averaged "
-        "over repetitions); 95% CI = Student-t interval on the log ratios over tasks. "
-        "▲/▼: the whole interval is above/below 1. Decode tok/s is llama-server's "
-        "`timings.predicted_per_second`; wall tok/s is "
-        "measured by the client after the first streamed token. Acceptance = accepted/drafted tokens; "
-        "mean acceptance length = 1 + accepted/drafts (tokens per target step while drafting), from the "
-        "`/metrics` counters read around every request."
-    )
-    w(
-        "- Identity: every task's text compared byte for byte with the arm's reference (baseline, or the "
-        "non-speculative run with the same numerics for the exact arms), every repetition; first divergent "
-        "byte listed below.\n"
-    )
-
-    if ceiling and ceiling.get("target"):
-        w("## Hardware ceiling\n")
-        w(
-            f"`llama-bench -p k -n 0 -d {ceiling.get('depth')} -r {ceiling.get('reps')}`: "
-            "time of one batch of k tokens on a context of that depth, relative to one decode step (k=1). "
-            "c(k) near 1 would make "
-            "long drafts free; c(k) near k means no batching gain at all.\n"
-        )
+    w("## Ceiling first: what can pay on this host\n")
+    if not ceiling or not ceiling.get("target"):
+        w(f"Not measured ({plan.get('ceiling_note') or 'no llama-bench'}): every arm ran.\n")
+    else:
+        margin = float(plan.get("ceiling_margin", 0.05))
+        w(f"`llama-bench -p k -n 0 -d {ceiling.get('depth')} -r {ceiling.get('reps')}` times one batch of k tokens on "
+          "a context of that depth: c(k) is its cost in decode steps (k = 1). The same on the draft model gives its "
+          "step cost r (in target steps) and its own curve c_d(k). A round that drafts k tokens costs c(k+1) "
+          "target steps to verify, and with a draft model r·(c_d(k+1) + k) more: the pinned llama-server "
+          "re-evaluates every verified batch on the draft (`TAG_SPEC_AVOID_DRAFT_REEVAL`) and then drafts k tokens "
+          "one step at a time. With every drafted token accepted the round yields k+1 tokens: an arm's "
+          "**ceiling** is the best of (k+1) ÷ cost over the draft lengths it may use. The model leaves out the "
+          "server's per-position work, so it is optimistic: an arm whose ceiling is below "
+          f"{1 + margin:.2f}× (1.0 + the {margin:.0%} margin) cannot pay here whatever its acceptance, and is "
+          "not run.\n")
         nums = list(ceiling["target"])
         rels = {n: {int(k): float(v) for k, v in ceiling["target"][n]["relative"].items()} for n in nums}
-        r = ceil.draft_cost_ratio(ceiling, "draft")
-        w(
-            "| k | " + " | ".join(f"c(k) {n}" for n in nums) + " | ceiling k-1 drafted, free draft | "
-            f"… with draft cost r={_f(r, '.2f')} |"
-        )
-        w("| --- " * (len(nums) + 3) + "|")
         base_rel = rels.get("default") or rels[nums[0]]
+        w("| k | " + " | ".join(f"c(k) {n}" for n in nums) + " |")
+        w("| --- " * (len(nums) + 1) + "|")
         for k in sorted(base_rel):
-            cols = [_f(rels[n].get(k), ".2f") for n in nums]
-            free = ceil.perfect_ceiling(base_rel, k - 1) if k > 1 else 1.0
-            cost = ceil.perfect_ceiling(base_rel, k - 1, r) if k > 1 and math.isfinite(r) else None
-            w(f"| {k} | " + " | ".join(cols) + f" | {free:.2f}× | {_f(cost, '.2f')}{'×' if cost else ''} |")
+            w(f"| {k} | " + " | ".join(_f(rels[n].get(k), ".2f") for n in nums) + " |")
         w("")
         steps = ceiling.get("draft_step_s", {})
-        tstep = base_rel and ceiling["target"].get("default", ceiling["target"][nums[0]])["batch_s"]
-        t1 = float(tstep.get("1", tstep.get(1))) if tstep else None
-        if steps and t1:
-            w(
-                "Draft cost per step relative to one target step: "
-                + ", ".join(
-                    f"{name} {s / t1:.2f} ({s * 1000:.1f} ms vs {t1 * 1000:.1f} ms)" for name, s in steps.items()
-                )
-                + ".\n"
-            )
-
+        tb = ceiling["target"].get("default", ceiling["target"][nums[0]])["batch_s"]
+        t1 = float(tb.get("1", tb.get(1)))
+        if steps:
+            w("Draft step cost r: " + ", ".join(f"{n} {s / t1:.2f} ({s * 1000:.1f} ms vs {t1 * 1000:.1f} ms)"
+                                               for n, s in steps.items()) + ".\n")
+        w("| arm | draft cost r | longest draft | best ceiling (at draft length) | runs? |")
+        w("| --- | --- | --- | --- | --- |")
+        for name, c in arm_ceilings.items():
+            runs = "**cannot pay on this host** (not run)" if name in pruned and not dz.get("run_anyway") else (
+                "cannot pay, run anyway" if name in pruned else "yes")
+            w(f"| `{name}` | {float(c['draft_cost']):.2f} | {c['n_max']} | {float(c['best']):.2f}× (k={c['at_k']}) "
+              f"| {runs} |")
+        w("")
+    w("## The A/A check: can this run tell the baseline from itself?\n")
+    w("A second baseline server, loaded beside the first, answers every block too. Its ratio to the baseline "
+      "should be 1.0; the run is valid for a workload when the A/A interval contains 1.0 and is narrower than "
+      "the effect recommended there.\n")
+    w("| workload | A/A speedup [95% CI] | half-width | tasks | outputs identical |")
+    w("| --- | --- | --- | --- | --- |")
+    for wl in [*workloads, ALL]:
+        aw = results.get(AA, {}).get(wl)
+        if aw:
+            w(f"| {wl} | {_sp(aw)} | {_f(aw.half_width and aw.half_width * 100, '.1f')}% | {aw.tasks} | "
+              f"{_ident(aw)} |")
+    w("")
     for wl in [*workloads, ALL]:
         w(f"## Results: {wl}\n")
-        w(
-            "| arm | decode tok/s | wall tok/s | speedup [95% CI] | wall speedup | TTFT s | e2e s "
-            "| acceptance | mean acc. len | predicted | ceiling (own acc.) | identical | peak RSS MB |"
-        )
-        w("| --- " * 13 + "|")
-        for name in arm_defs:
+        w("| arm | tasks | decode tok/s | speedup [95% CI] | ± | conclusion | stopped | acceptance | mean acc. len "
+          "| predicted | measured ÷ predicted | identical |")
+        w("| --- " * 12 + "|")
+        for name in [BASELINE, AA, *arms]:
             aw = results.get(name, {}).get(wl)
             if not aw:
                 continue
-            w(
-                f"| `{name}` | {_f(aw.decode_tps)} | {_f(aw.wall_decode_tps)} | {_sp(aw)} | "
-                f"{_sp(aw, 'wall_speedup')} | {_f(aw.ttft_s, '.2f')} | {_f(aw.e2e_s, '.1f')} | "
-                f"{_f(aw.acceptance, '.2f')} | {_f(aw.mean_accept_len, '.2f')} | "
-                f"{_f(aw.predicted, '.2f')} | {_f(aw.ceiling, '.2f')} | {_ident(aw)} | "
-                f"{aw.rss_peak / 2**20:.0f} |"
-            )
+            ratio = (aw.speedup.estimate / aw.predicted) if aw.speedup and aw.predicted else None
+            w(f"| `{name}` | {aw.tasks} | {_f(aw.decode_tps)} | {_sp(aw) if name != BASELINE else '1.00×'} | "
+              f"{_f(aw.half_width and aw.half_width * 100, '.1f')}{'%' if aw.half_width else ''} | "
+              f"{aw.conclusion if name not in (BASELINE, AA) else '–'} | {aw.stopped or '–'} | "
+              f"{_f(aw.acceptance, '.2f')} | {_f(aw.mean_accept_len, '.2f')} | {_f(aw.predicted, '.2f')} | "
+              f"{_f(ratio, '.2f')} | {_ident(aw)} |")
         w("")
-
+    gaps = [(a, aw) for a in arms if (aw := results.get(a, {}).get(ALL)) and aw.predicted and aw.speedup]
+    w("## Predicted against measured\n")
+    if gaps:
+        base = results.get(BASELINE, {}).get(ALL)
+        w("*Predicted*: the ceiling model fed with the arm's own counters (drafts D, drafted tokens T, accepted A, "
+          "N tokens): N / ((N − A − D) + D·c(T/D + 1) + T·r) in baseline decode steps. What the model leaves out "
+          "shows as extra cost per verification step:\n")
+        w("| arm | predicted | measured | measured ÷ predicted | beyond the model |")
+        w("| --- | --- | --- | --- | --- |")
+        for a, aw in gaps:
+            assert aw.speedup is not None and aw.predicted is not None
+            w(f"| `{a}` | {aw.predicted:.2f}× | {aw.speedup.estimate:.2f}× | {aw.speedup.estimate / aw.predicted:.2f} "
+              f"| {model_gap(aw, base)} |")
+        w("")
+        w("What the model counts: the target's verification batch c(k+1); for a draft model also the "
+          "re-evaluation of that batch on the draft (the pinned llama.cpp re-evaluates every verified batch on the "
+          "draft, `TAG_SPEC_AVOID_DRAFT_REEVAL` in `tools/server/server-context.cpp`) and its k one-token steps. "
+          "What it leaves out: logits for all k+1 verified positions (llama-bench's batch outputs one), "
+          "sampling at every position and every drafted token, streaming. Those costs come per round and per "
+          "drafted token, so the model is optimistic for every speculative arm, most for long drafts with "
+          "middling acceptance; the column above is that shortfall in baseline decode steps per round.\n")
+    else:
+        w("No arm drafted anything measurable (or no ceiling was measured).\n")
     w("## Output identity\n")
     w("| arm | reference | " + " | ".join(workloads) + " | first divergent byte (task@rep: offset) |")
     w("| --- " * (len(workloads) + 3) + "|")
-    for name, d in arm_defs.items():
+    for name in [AA, *arms]:
         row = results.get(name, {})
         if ALL not in row:
             continue
         divs = row[ALL].divergences
-        where = ", ".join(
-            f"{dv['task_id']}@{dv['rep']}: {dv['byte_pos']}{' (prefix)' if dv.get('kind') == 'length' else ''}"
-            for dv in divs[:8]
-        )
+        where = ", ".join(f"{dv['task_id']}@{dv['rep']}: {dv['byte_pos']}"
+                          f"{' (prefix)' if dv.get('kind') == 'length' else ''}" for dv in divs[:8])
         if len(divs) > 8:
             where += f", … ({len(divs)} in all)"
-        w(
-            f"| `{name}` | {d.get('reference')} | "
-            + " | ".join(_ident(row[wl]) if wl in row else "–" for wl in workloads)
-            + f" | {where or '—'} |"
-        )
+        w(f"| `{name}` | {arm_defs.get(name, {}).get('reference', BASELINE)} | "
+          + " | ".join(_ident(row[wl]) if wl in row else "–" for wl in workloads) + f" | {where or '—'} |")
     w("")
-
-    w("(prefix) = one text is a prefix of the other: same tokens, different stopping point.\n")
+    w("## Method\n")
+    counts = plan.get("workload_counts", {})
+    w(f"- llama.cpp build: commit `{plan.get('build_commit')}`, {plan.get('compiler') or ''}; binaries from "
+      f"`{plan.get('llama_prefix')}`.")
+    w(f"- Target: `{Path(str(plan.get('target'))).name}` ({plan.get('target_size', 0) / 1e6:.0f} MB); draft: "
+      f"`{Path(str(plan.get('draft'))).name}` ({plan.get('draft_size', 0) / 1e6:.0f} MB).")
+    w(f"- Tasks: {plan.get('task_set')} (sha256 `{str(plan.get('task_set_digest'))[:16]}…`): "
+      + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".")
+    w(f"- Every request: chat endpoint, streamed, temperature 0, seed {plan.get('seed')}, max tokens "
+      f"{plan.get('max_tokens')}, `cache_prompt: false`; threads {plan.get('threads') or 'default'}, context "
+      f"{plan.get('ctx_size')}; servers without a prompt cache (`--cache-ram 0`: saved prompt states do not change "
+      "decode speed and would only fill memory).")
+    sliced = plan.get("interleave", "slices") == "slices"
+    w(f"- **Paired design**: every arm's server is loaded side by side ({plan.get('capacity_note', '')}); a block "
+      "is one task sent to the baseline, a second baseline (A/A) and every arm still running"
+      + (f", **time-sliced**: all of the block's requests are sent at once and the servers take turns on the CPU "
+         f"({float(plan.get('slice_s', 0.5)):g} s each, SIGSTOP/SIGCONT of their process groups, order shuffled "
+         "every cycle), so every server sees the same seconds of the machine; a server's decode rate is its "
+         "tokens after the first ÷ the time it actually ran between its first and last token"
+         if sliced else ", one request at a time in an order shuffled per block; decode rate = llama-server's "
+         "`timings.predicted_per_second`")
+      + ". An arm's ratio in a block is its decode rate ÷ the geometric mean of the two baselines' in the same "
+      "block, so drift of the machine cancels. Per task the ratios are averaged over repetitions; the speedup is "
+      "their geometric mean over tasks with a Student-t 95% interval (tasks are the sample). The whole mix "
+      "weighs every workload the same.")
+    w(f"- **Sequential stopping**: after ≥ {dz.get('min_tasks')} tasks of a workload, an arm stops running it when "
+      f"its interval lies below 1.0 (slower) or its half-width is ≤ {float(dz.get('half_width', 0.05)):.0%} "
+      "(precise); workloads take turns; a budget stops the run before a block that would not fit. Intervals are "
+      "per-look 95% intervals (looking after every block makes them somewhat optimistic; the A/A check and the "
+      "exhaustive reference run are the guard). Conclusions: *faster* / *slower* (interval wholly above / below "
+      "1.0), *no gain* (around 1.0 within the half-width), else *inconclusive*.")
+    w(f"- {plan.get('reps')} repetition(s); servers restart between repetitions (fresh n-gram pools). Acceptance = "
+      "accepted/drafted tokens and mean acceptance length = 1 + accepted/drafts, from the `/metrics` counters read "
+      "after every request.\n")
     w("## Arms\n")
-    w("| arm | what | server argv (differences from the base profile) |")
+    w("| arm | what | profile (differences from the base) |")
     w("| --- | --- | --- |")
-    for name, d in arm_defs.items():
+    for name in [BASELINE, AA, *arms, *pruned]:
+        d = arm_defs.get(name)
+        if not d:
+            continue
         prof = ", ".join(f"{k}={v}" for k, v in d.get("profile", {}).items())
         env = " ".join(f"{k}={v}" for k, v in (d.get("env") or {}).items())
         w(f"| `{name}` | {d.get('description')} | {prof}{' env ' + env if env else ''} |")
     w("")
-    w("Exact server command lines are in the raw JSON (`argv` of every arm-repetition).\n")
+    w("Exact server command lines are in the raw JSON (`servers`).\n")
     if images:
         w("## Plots\n")
         for img in images:

@@ -25,6 +25,8 @@ class RequestResult:
     e2e_s: float
     finish_reason: str | None
     timings: dict[str, Any] = field(default_factory=dict)
+    first_token_at: float | None = None  # time.monotonic() when the first / last content chunk arrived
+    last_token_at: float | None = None
 
     @property
     def n_predicted(self) -> int:
@@ -64,6 +66,8 @@ def chat_body(messages: list[dict[str, str]], max_tokens: int, seed: int) -> dic
 def stream_chat(http: httpx.Client, body: dict[str, Any], timeout: float = 900.0) -> RequestResult:
     t0 = time.perf_counter()
     ttft: float | None = None
+    first: float | None = None
+    last: float | None = None
     parts: list[str] = []
     finish: str | None = None
     timings: dict[str, Any] = {}
@@ -87,8 +91,10 @@ def stream_chat(http: httpx.Client, body: dict[str, Any], timeout: float = 900.0
                 for choice in chunk.get("choices") or []:
                     content = (choice.get("delta") or {}).get("content")
                     if content:
+                        last = time.monotonic()
                         if ttft is None:
                             ttft = time.perf_counter() - t0
+                            first = last
                         parts.append(content)
                     if choice.get("finish_reason"):
                         finish = choice["finish_reason"]
@@ -96,4 +102,4 @@ def stream_chat(http: httpx.Client, body: dict[str, Any], timeout: float = 900.0
                     timings = chunk["timings"]
     except httpx.HTTPError as exc:
         raise RequestFailed(f"{type(exc).__name__}: {exc}") from exc
-    return RequestResult("".join(parts), ttft, time.perf_counter() - t0, finish, timings)
+    return RequestResult("".join(parts), ttft, time.perf_counter() - t0, finish, timings, first, last)

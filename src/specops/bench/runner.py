@@ -1,21 +1,28 @@
-"""Run the arms: a fresh llama-server per arm and repetition, arms interleaved over repetitions.
+"""Run the paired design: every arm's llama-server kept loaded side by side, requests alternating.
 
-Every arm-repetition: start the server from the arm's profile (argv from :mod:`specops.argv`),
-check that speculation is really on (``/slots``), send one warm-up request, then every task once
-(streamed, greedy, fixed seed and max tokens, ``cache_prompt: false``), read the speculative counters
-from ``/metrics`` before and after, sample the server's RSS, stop it, and save the record. Partial
-records are written after every task, so a crash or Ctrl-C loses at most one request.
+Servers start once per repetition (a fresh start gives every repetition empty n-gram pools and prompt
+caches), each checked with ``/slots`` (speculation really on where the arm speculates) and warmed up
+with one request. Then blocks run as :mod:`specops.bench.design` hands them out: one task on the
+baseline, its A/A twin and every arm still running (greedy, fixed seed and max tokens, ``cache_prompt:
+false``), time-sliced so that exactly one server computes at a time (:mod:`specops.bench.slicer`), or
+one request after another in a shuffled order. After every request the server's speculative counters
+are read from ``/metrics``.
+
+Every finished block is appended to ``blocks.jsonl`` in the work directory, so an interrupted run
+resumes where it stopped; a budget ends the run before a block that would not fit in it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import os
-import subprocess
+import random
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,8 +31,10 @@ import httpx
 import psutil
 
 from specops.argv import FlagError
-from specops.bench.arms import Arm, interleaved_order
-from specops.bench.request import RequestFailed, chat_body, stream_chat
+from specops.bench.arms import Arm
+from specops.bench.design import AA, BASELINE, Block, Design, rel_half_width
+from specops.bench.request import RequestFailed, RequestResult, chat_body, stream_chat
+from specops.bench.slicer import run_sliced, sliced_rate
 from specops.bench.store import ResultStore
 from specops.bench.tasks import Task
 from specops.capabilities import Capabilities
@@ -48,10 +57,6 @@ class BenchError(RuntimeError):
     """The bench cannot go on; the message says what happened and where partial results are."""
 
 
-class ArmFailure(BenchError):
-    pass
-
-
 @dataclass
 class BenchConfig:
     target: Path
@@ -61,17 +66,17 @@ class BenchConfig:
     tasks: list[Task]
     max_tokens: int = 192
     seed: int = 42
-    reps: int = 3
+    reps: int = 1
     threads: int | None = None
     draft_threads: int | None = None
     ctx_size: int = 4096
     derived_drafts: dict[str, Path] = field(default_factory=dict)
-    speculative_binary: Path | None = None
-    prompts: dict[str, str] = field(default_factory=dict)
     start_timeout: float = 300.0
-    max_busy: float | None = None
-    idle_timeout: float = 1800.0
-    machine: dict[str, Any] = field(default_factory=dict)
+    budget_s: float | None = None
+    capacity: int | None = None  # servers that fit side by side (None: all)
+    interleave: str = "slices"  # slices: a block's requests time-sliced; requests: one after another
+    slice_s: float = 0.5
+    recycle: int | None = 4  # reload every server (in a new order) every this many blocks
 
     def draft_for(self, arm: Arm) -> Path | None:
         if arm.draft is None:
@@ -92,6 +97,8 @@ class BenchConfig:
             "threads": self.threads,
             "metrics": True,
             "slots": True,
+            # saved prompt states do not change decode speed; without them memory stays what the fit says
+            "cache_ram_mib": 0,
         }
         data.update(arm.profile)
         draft = self.draft_for(arm)
@@ -104,36 +111,66 @@ class BenchConfig:
         except ProfileError as exc:
             raise BenchError(f"arm {arm.name}: {exc}") from exc
 
+    def task(self, task_id: str) -> Task:
+        for t in self.tasks:
+            if t.id == task_id:
+                return t
+        raise BenchError(f"task {task_id} is not in the task set")
+
+
+def fmt_s(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rem = divmod(seconds, 3600)
+    return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
+
 
 class Progress:
-    """Live progress on stderr: one line per request, with an ETA from the pace so far."""
+    """Live progress on stderr: a line per block, and the state of every arm every few blocks."""
 
-    def __init__(self, total: int, stream: TextIO | None = None, quiet: bool = False) -> None:
-        self.total = total
-        self.done = 0
-        self.measured = 0
-        self.t0 = time.monotonic()
+    def __init__(self, stream: TextIO | None = None, quiet: bool = False, every: int = 4) -> None:
         self.stream = stream or sys.stderr
         self.quiet = quiet
-
-    def skip(self, n: int) -> None:
-        self.done += n
+        self.every = every
+        self.t0 = time.monotonic()
 
     def note(self, text: str) -> None:
         if not self.quiet:
             print(text, file=self.stream, flush=True)
 
-    def eta(self) -> str:
-        if not self.measured:
-            return "?"
-        left = (time.monotonic() - self.t0) / self.measured * (self.total - self.done)
-        h, rem = divmod(int(left), 3600)
-        return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
+    def block(self, design: Design, block: Block, tps: Mapping[str, float | None], elapsed: float,
+              budget: float | None, tasks_total: int) -> None:
+        base = tps.get(BASELINE) or 0.0
+        parts = []
+        for arm in block.arms:
+            v = tps.get(arm)
+            if v is None:
+                parts.append(f"{arm} –")
+            elif arm == BASELINE:
+                parts.append(f"{arm} {v:.1f}")
+            else:
+                parts.append(f"{arm} {v:.1f} ({v / base:.2f})" if base else f"{arm} {v:.1f}")
+        left = f", {fmt_s(budget - elapsed)} of budget left" if budget else ""
+        self.note(f"[block {block.index + 1}, {fmt_s(elapsed)}{left}] {block.workload}/{block.task}: "
+                  + ", ".join(parts) + " tok/s")
+        if (block.index + 1) % self.every == 0:
+            self.state(design, tasks_total)
 
-    def request(self, arm: str, rep: int, i: int, n: int, task: str, summary: str) -> None:
-        self.done += 1
-        self.measured += 1
-        self.note(f"  [{self.done}/{self.total}] rep {rep} {arm} {i}/{n} {task}: {summary} | ETA {self.eta()}")
+    def state(self, design: Design, tasks_total: int) -> None:
+        alive = design.running()
+        self.note(f"  arms running: {len(alive)}/{len(design.arms)} ({', '.join(alive) or 'none'}); "
+                  f"blocks done: {design.blocks} of at most {tasks_total * design.reps}")
+        for wl in design.workloads:
+            aa = design.interval(AA, wl)
+            cells = [f"A/A {aa.fmt()}" if aa else "A/A –"]
+            for arm in design.arms:
+                iv = design.interval(arm, wl)
+                st = design.status[arm][wl].stopped
+                if iv is None:
+                    continue
+                hw = rel_half_width(iv)
+                cells.append(f"{arm} {iv.fmt()}" + (f" ±{hw:.0%}" if math.isfinite(hw) else "")
+                             + (f" [{st}]" if st else ""))
+            self.note(f"  {wl}: " + "; ".join(cells))
 
 
 class RssSampler:
@@ -143,7 +180,7 @@ class RssSampler:
         self.proc = psutil.Process(pid)
         self.interval = interval
         self.peak = 0
-        self.samples: list[int] = []
+        self.first = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -160,7 +197,7 @@ class RssSampler:
             self.sample()
 
     def start(self) -> RssSampler:
-        self.samples.append(self.sample())
+        self.first = self.sample()
         self._thread.start()
         return self
 
@@ -169,7 +206,7 @@ class RssSampler:
         with contextlib.suppress(RuntimeError):
             self._thread.join(2)
         last = self.sample()
-        return {"after_load": self.samples[0] if self.samples else 0, "peak": self.peak, "last": last}
+        return {"after_load": self.first, "peak": self.peak, "last": last}
 
 
 def spec_counters(text: str) -> dict[str, Any]:
@@ -197,140 +234,245 @@ def counter_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, An
     }
 
 
-def _summary(req: dict[str, Any]) -> str:
-    t = req.get("timings") or {}
-    s = f"{req.get('n_predicted', 0)} tok, {req.get('decode_tps') or 0:.1f} tok/s"
-    if t.get("draft_n"):
-        s += f", acc {t.get('draft_n_accepted', 0)}/{t['draft_n']}"
-    return s
+class Loaded:
+    """One arm's llama-server, started and warmed up, kept until the arm is done."""
 
-
-def _exit_code(server: ServerProcess, grace: float = 3.0) -> int | None:
-    """The server's exit code if it died (a dropped connection is often seen before the exit is)."""
-    if server.proc is None:
-        return None
-    try:
-        return server.proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        return None
-
-
-def run_server_arm(arm: Arm, rep: int, cfg: BenchConfig, store: ResultStore, progress: Progress) -> dict[str, Any]:
-    """Run every task once on a fresh llama-server for ``arm``; return (and save) the record."""
-    profile = cfg.profile_for(arm)
-    try:
-        server = ServerProcess(cfg.server_binary, profile, cfg.caps, store.log_path(arm.name, rep), env=arm.env)
-    except FlagError as exc:
-        raise BenchError(f"arm {arm.name}: {exc}") from exc
-    record: dict[str, Any] = {
-        "arm": arm.name,
-        "rep": rep,
-        "arm_def": arm.to_dict(),
-        "argv": server.argv,
-        "env": arm.env,
-        "started": time.time(),
-        "requests": [],
-    }
-
-    def fail(msg: str) -> ArmFailure:
-        record["error"] = msg
-        record["status"] = "failed"
-        path = store.save_partial(arm.name, rep, record)
-        return ArmFailure(
-            f"{msg}\npartial results of this arm-repetition kept in {path}; finished ones in "
-            f"{store.root / 'arms'}; server log: {server.log_path}"
-        )
-
-    progress.note(f"rep {rep} arm {arm.name}: starting llama-server ({arm.description})")
-    try:
-        client = server.start(timeout=cfg.start_timeout)
-    except ServerStartError as exc:
-        raise fail(f"arm {arm.name} rep {rep}: llama-server did not start: {exc}") from exc
-    sampler = RssSampler(server.pid or 0).start()
-    try:
-        slots = client.slots()
-        record["slots_speculative"] = bool(slots and slots[0].get("speculative"))
-        if arm.speculative and not record["slots_speculative"]:
-            raise fail(f"arm {arm.name}: the server runs but /slots says speculation is off; argv: {server.argv}")
-        http = httpx.Client(base_url=server.base_url, timeout=900.0)
+    def __init__(self, arm: Arm, cfg: BenchConfig, store: ResultStore, rep: int) -> None:
+        self.arm = arm
         try:
-            warm = stream_chat(http, chat_body(WARMUP_MESSAGES, WARMUP_TOKENS, cfg.seed))
-            record["warmup"] = warm.to_dict()
-            before = prev = spec_counters(client.metrics_text())
-            for i, task in enumerate(cfg.tasks, 1):
-                try:
-                    res = stream_chat(http, chat_body(task.chat_messages(), cfg.max_tokens, cfg.seed))
-                except RequestFailed as exc:
-                    code = _exit_code(server)
-                    state = f"llama-server exited with code {code}" if code is not None else "llama-server is up"
-                    raise fail(
-                        f"arm {arm.name} rep {rep}: request for task {task.id} failed ({exc}); {state}."
-                        f"\nlast log lines:\n{server.log_tail(15)}"
-                    ) from exc
-                # counters only (never the *_seconds gauges): one scrape per request gives exact
-                # per-request drafts and per-position acceptance
-                cur = spec_counters(client.metrics_text())
-                req = {
-                    "task": task.id,
-                    "workload": task.workload,
-                    **res.to_dict(),
-                    "spec": counter_delta(prev, cur),
-                }
-                prev = cur
-                record["requests"].append(req)
-                store.save_partial(arm.name, rep, record)
-                progress.request(arm.name, rep, i, len(cfg.tasks), task.id, _summary(req))
-            after = prev
-        finally:
-            http.close()
-        record["spec"] = counter_delta(before, after)
-    except (ServerError, RequestFailed, httpx.HTTPError) as exc:
-        code = _exit_code(server)
-        raise fail(f"arm {arm.name} rep {rep}: server stopped answering ({exc}); exit code {code}") from exc
-    finally:
-        record["rss"] = sampler.stop()
-        server.stop()
-    record["finished"] = time.time()
-    record["machine"] = {**cfg.machine, "loadavg_after": os.getloadavg()}
-    store.save(arm.name, rep, record)
-    return record
+            self.server = ServerProcess(cfg.server_binary, cfg.profile_for(arm), cfg.caps,
+                                        store.log_path(arm.name, rep), env=arm.env)
+        except FlagError as exc:
+            raise BenchError(f"arm {arm.name}: {exc}") from exc
+        client = self.server.start(timeout=cfg.start_timeout)
+        self.client = client
+        self.sampler = RssSampler(self.server.pid or 0).start()
+        self.http = httpx.Client(base_url=self.server.base_url, timeout=900.0)
+        slots = client.slots()
+        self.speculative = bool(slots and slots[0].get("speculative"))
+        if arm.speculative and not self.speculative:
+            self.close()
+            raise ServerStartError(f"/slots says speculation is off; argv: {self.server.argv}")
+        self.warmup = stream_chat(self.http, chat_body(WARMUP_MESSAGES, WARMUP_TOKENS, cfg.seed)).to_dict()
+        self.counters = spec_counters(client.metrics_text())
+
+    def send(self, task: Task, cfg: BenchConfig) -> RequestResult:
+        return stream_chat(self.http, chat_body(task.chat_messages(), cfg.max_tokens, cfg.seed))
+
+    def counters_delta(self) -> dict[str, Any]:
+        """The speculative counters moved since the last call (read from /metrics: counters only)."""
+        cur = spec_counters(self.client.metrics_text())
+        out = counter_delta(self.counters, cur)
+        self.counters = cur
+        return out
+
+    def exit_code(self, grace: float = 3.0) -> int | None:
+        proc = self.server.proc
+        if proc is None:
+            return None
+        try:
+            return proc.wait(timeout=grace)
+        except Exception:
+            return None
+
+    def close(self) -> dict[str, int]:
+        rss = self.sampler.stop()
+        self.http.close()
+        self.server.stop()
+        return rss
 
 
-Executor = Callable[[Arm, int, BenchConfig, ResultStore, Progress], dict[str, Any]]
+class Pool:
+    """The servers loaded side by side: the baselines always, arms as capacity allows."""
+
+    def __init__(self, cfg: BenchConfig, arms: Mapping[str, Arm], store: ResultStore, progress: Progress) -> None:
+        self.cfg = cfg
+        self.arms = arms
+        self.store = store
+        self.progress = progress
+        self.loaded: dict[str, Loaded] = {}
+        self.rss: dict[str, dict[str, int]] = {}
+        self.failed: dict[str, str] = {}
+
+    def _start(self, name: str, rep: int) -> Loaded | None:
+        arm = self.arms[name]
+        if name in self.loaded:
+            self.stop(name)
+        self.progress.note(f"  loading {name}: {arm.description}")
+        try:
+            srv = Loaded(arm, self.cfg, self.store, rep)
+        except (ServerStartError, ServerError, RequestFailed, httpx.HTTPError) as exc:
+            if name in (BASELINE, AA):
+                raise BenchError(f"the {name} server did not start: {exc}") from exc
+            self.failed[name] = f"did not start: {str(exc).splitlines()[0]}"
+            self.progress.note(f"  {name} failed to start; it is left out: {self.failed[name]}")
+            return None
+        self.store.append("servers.jsonl", {"rep": rep, "arm": name, "argv": srv.server.argv, "env": arm.env,
+                                            "speculative": srv.speculative, "warmup": srv.warmup,
+                                            "rss_after_load": srv.sampler.first})
+        return srv
+
+    def sync(self, wanted: list[str], rep: int, seed: int = 0) -> list[str]:
+        """Keep the baselines and as many of ``wanted`` arms (in order) as capacity allows; servers that are
+        missing start in a shuffled order (where a server lands in memory must not follow its role)."""
+        for name in list(self.loaded):
+            if name not in (BASELINE, AA) and name not in wanted:
+                self.stop(name)
+        cap = self.cfg.capacity or len(self.arms)
+        keep = [BASELINE, AA]
+        for name in wanted:
+            if len(keep) >= cap:
+                break
+            if name not in self.failed:
+                keep.append(name)
+        todo = [n for n in keep if n not in self.loaded]
+        random.Random(f"load:{seed}").shuffle(todo)
+        for name in todo:
+            srv = self._start(name, rep)
+            if srv is not None:
+                self.loaded[name] = srv
+        return [n for n in self.loaded if n not in (BASELINE, AA)]
+
+    def stop(self, name: str) -> None:
+        srv = self.loaded.pop(name, None)
+        if srv is not None:
+            rss = srv.close()
+            prev = self.rss.get(name, {})
+            self.rss[name] = {k: max(v, prev.get(k, 0)) for k, v in rss.items()}
+
+    def stop_all(self) -> None:
+        for name in list(self.loaded):
+            self.stop(name)
 
 
-def machine_busy(interval: float = 5.0) -> float:
-    """Share of all CPUs busy (percent) over ``interval`` seconds: between arms, that is other work."""
-    return float(psutil.cpu_percent(interval=interval))
+def _failed(pool: Pool, name: str, task: Task, exc: BaseException) -> dict[str, Any]:
+    srv = pool.loaded[name]
+    code = srv.exit_code()
+    state = f"llama-server exited with code {code}" if code is not None else "llama-server is still up"
+    msg = f"request for {task.id} failed ({exc}); {state}"
+    if name in (BASELINE, AA):
+        raise BenchError(f"{name}: {msg}\nlast log lines:\n{srv.server.log_tail(15)}") from exc
+    return {"error": msg, "log_tail": srv.server.log_tail(15)}
 
 
-def wait_for_quiet(cfg: BenchConfig, progress: Progress, probe: Callable[[], float] = machine_busy) -> dict[str, Any]:
-    """Before an arm-repetition: with ``max_busy`` set, wait (up to ``idle_timeout``) until the machine
-    is quieter than that. Returns what was seen, recorded with the arm-repetition."""
-    busy = probe()
-    waited = 0.0
-    t0 = time.monotonic()
-    while cfg.max_busy is not None and busy > cfg.max_busy and waited < cfg.idle_timeout:
-        progress.note(f"  machine {busy:.0f}% busy with other work (> {cfg.max_busy:.0f}%): waiting")
-        time.sleep(15)
-        busy = probe()
-        waited = time.monotonic() - t0
-    return {"busy_percent_before": busy, "waited_s": round(waited, 1), "loadavg_before": os.getloadavg()}
-
-
-def run_bench(
-    cfg: BenchConfig, arms: list[Arm], store: ResultStore, executors: dict[str, Executor], progress: Progress
-) -> None:
-    """All repetitions of all arms, interleaved; finished arm-repetitions on disk are skipped."""
-    for rep in range(cfg.reps):
-        for arm in interleaved_order(arms, rep):
-            if store.has(arm.name, rep):
-                progress.skip(len(cfg.tasks))
+def run_block(pool: Pool, order: list[str], task: Task, cfg: BenchConfig, seed: int) -> dict[str, dict[str, Any]]:
+    """One task on every server of the block: time-sliced (all at once, one computing at a time) or one
+    request after another (``cfg.interleave == "requests"``). Returns each server's answer with its rate."""
+    results: dict[str, dict[str, Any]] = {}
+    if cfg.interleave == "requests":
+        for name in order:
+            try:
+                res = pool.loaded[name].send(task, cfg)
+            except (RequestFailed, ServerError, httpx.HTTPError) as exc:
+                results[name] = _failed(pool, name, task, exc)
                 continue
-            executor = executors.get(arm.kind)
-            if executor is None:
-                raise BenchError(f"no executor for arm kind {arm.kind!r} ({arm.name})")
-            cfg.machine = (
-                wait_for_quiet(cfg, progress) if cfg.max_busy is not None else {"loadavg_before": os.getloadavg()}
-            )
-            executor(arm, rep, cfg, store, progress)
+            results[name] = {**res.to_dict(), "spec": pool.loaded[name].counters_delta()}
+        return results
+    jobs = {n: functools.partial(pool.loaded[n].send, task, cfg) for n in order}
+    pgids = {n: pool.loaded[n].server.pid or 0 for n in order}
+    run = run_sliced(jobs, pgids, cfg.slice_s, seed=seed)
+    for name in order:
+        res = run.results.get(name)
+        if not isinstance(res, RequestResult):
+            results[name] = _failed(pool, name, task, res if isinstance(res, BaseException) else
+                                    RuntimeError("no answer"))
+            continue
+        ivs = run.intervals[name]
+        rec = res.to_dict()
+        rec["server_decode_tps"] = rec.pop("decode_tps")  # includes the time it was paused: not a rate here
+        rec["decode_tps"] = sliced_rate(res.n_predicted, res.first_token_at, res.last_token_at, ivs)
+        rec["running_s"] = round(sum(e - s for s, e in ivs), 3)
+        rec["slices"] = len(ivs)
+        results[name] = {**rec, "spec": pool.loaded[name].counters_delta()}
+    return results
+
+
+def replay(design: Design, store: ResultStore) -> tuple[int, float]:
+    """Feed the blocks of an interrupted run back into the design; returns (repetition, seconds used)."""
+    rep, used = 0, 0.0
+    for rec in store.read("blocks.jsonl"):
+        if rec.get("type") == "fail":
+            design.fail(rec["arm"], rec["why"])
+            continue
+        b = Block(rec["index"], rec["rep"], rec["workload"], rec["task"], tuple(rec["arms"]))
+        design.add(b, {a: r.get("decode_tps") for a, r in rec["results"].items()})
+        rep = max(rep, b.rep)
+        used = max(used, float(rec.get("elapsed_s", 0.0)))
+    return rep, used
+
+
+def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: ResultStore, progress: Progress,
+        clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """Run (or resume) the design to its end or the budget; returns what happened."""
+    start_rep, used = replay(design, store)
+    t0 = clock() - used
+    pool = Pool(cfg, arms, store, progress)
+    per_request: list[float] = []
+    ended = "done"
+    recycled = -1
+    try:
+        for rep in range(start_rep, design.reps):
+            while True:
+                wanted = [a for a in design.running() if design.needs(a, rep)]
+                if cfg.recycle and design.blocks and design.blocks % cfg.recycle == 0 and recycled != design.blocks:
+                    # every server's speed differs by ~1% from its twin's for as long as it lives (where it
+                    # landed in memory): reloading them all in a new order turns that into noise, not bias
+                    recycled = design.blocks
+                    progress.note(f"  reloading the servers (every {cfg.recycle} blocks)")
+                    pool.stop_all()
+                loaded = pool.sync(wanted, rep, seed=design.blocks)
+                for name, why in pool.failed.items():
+                    if name in design.running():
+                        design.fail(name, why)
+                        store.append("blocks.jsonl", {"type": "fail", "arm": name, "why": why})
+                block = design.next_block(rep, loaded)
+                if block is None:
+                    if any(a not in loaded and a not in pool.failed for a in wanted):
+                        # arms waiting for room: the loaded ones are done with this repetition
+                        for name in loaded:
+                            if not design.needs(name, rep):
+                                pool.stop(name)
+                        if any(not design.needs(a, rep) for a in loaded):
+                            continue
+                    break
+                elapsed = clock() - t0
+                if cfg.budget_s is not None:
+                    guess = (sum(per_request) / len(per_request) if per_request else 0.0) * len(block.arms)
+                    if elapsed + guess > cfg.budget_s:
+                        design.out_of_budget()
+                        ended = "budget"
+                        break
+                task = cfg.task(block.task)
+                t_block = clock()
+                results = run_block(pool, design.shuffled(block), task, cfg, seed=block.index)
+                per_request.append((clock() - t_block) / len(block.arms))
+                for name, res in results.items():
+                    if "error" in res:
+                        design.fail(name, res["error"])
+                        store.append("blocks.jsonl", {"type": "fail", "arm": name, "why": res["error"]})
+                        pool.stop(name)
+                        progress.note(f"  {name} failed and is left out: {res['error']}")
+                tps = {a: (r.get("decode_tps") if "error" not in r else None) for a, r in results.items()}
+                design.add(block, tps)
+                elapsed = clock() - t0
+                store.append("blocks.jsonl", {
+                    "index": block.index, "rep": rep, "workload": block.workload, "task": block.task,
+                    "arms": list(block.arms), "order": list(results), "elapsed_s": round(elapsed, 2),
+                    "loadavg": os.getloadavg()[0], "results": results,
+                })
+                progress.block(design, block, tps, elapsed, cfg.budget_s, len(cfg.tasks))
+            if ended == "budget":
+                break
+            design.finish_rep(rep)
+            pool.stop_all()
+    except KeyboardInterrupt:
+        ended = "interrupted"
+        raise
+    finally:
+        pool.stop_all()
+        store.save_json("rss.json", {**(store.load_json("rss.json") or {}), **pool.rss})
+        store.save_json("outcome.json", {"ended": ended, "elapsed_s": round(clock() - t0, 1),
+                                         "blocks": design.blocks,
+                                         "status": {a: {w: st.stopped for w, st in rows.items()}
+                                                    for a, rows in design.status.items()}})
+    return {"ended": ended, "elapsed_s": clock() - t0}

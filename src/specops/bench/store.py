@@ -1,21 +1,24 @@
-"""On-disk results of a bench run: one JSON file per (arm, repetition), written as they finish.
+"""On-disk results of a bench run, written as they happen, so a run can resume where it stopped.
 
 Layout of a work directory::
 
-    run.json                         the plan: models, build, task set digest, settings, arms
-    arms/<arm>/rep<R>.json           a finished arm-repetition (requests, counters, RSS)
-    arms/<arm>/rep<R>.partial.json   what an interrupted or failed arm-repetition got done
-    logs/<arm>-rep<R>.log            the server's log
-    ceiling.json                     the hardware ceiling measurement
+    run.json           the plan: models, build, task set digest, settings, arms, what the ceiling pruned
+    ceiling.json       the hardware ceiling measurement (llama-bench)
+    servers.jsonl      every server started: arm, repetition, argv, /slots speculation, warm-up, RSS
+    blocks.jsonl       every finished block: task, the servers' answers (text, timings, counters), order
+    outcome.json       how the run ended (done, budget, interrupted), wall time, per-arm stopping
+    rss.json           peak RSS per arm
+    logs/<arm>-rep<R>.log   the servers' logs
 
-A run is resumable: finished arm-repetitions are skipped. Resuming with a different plan (other
-task set, max tokens, models, build) is refused, so results of different experiments never mix.
+Resuming with a different plan (other task set, max tokens, models, build, arms) is refused, so results of
+different experiments never mix.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,10 @@ PLAN_KEYS = (
     "build_commit",
     "threads",
     "ctx_size",
+    "arms",
+    "reps",
+    "design",
+    "interleave",
 )
 
 
@@ -56,58 +63,52 @@ class ResultStore:
             return None
         return json.loads(self.plan_path.read_text())
 
-    def init_plan(self, plan: dict[str, Any], fresh: bool = False) -> None:
-        """Record the plan, or check it against the one already there (resume)."""
+    def init_plan(self, plan: dict[str, Any], fresh: bool = False) -> bool:
+        """Record the plan, or check it against the one already there. True when resuming."""
         old = self.load_plan()
-        if old is not None and not fresh:
+        if fresh and self.root.exists():
+            for name in ("blocks.jsonl", "servers.jsonl", "ceiling.json", "outcome.json", "rss.json"):
+                (self.root / name).unlink(missing_ok=True)
+            old = None
+        if old is not None:
             diff = [k for k in PLAN_KEYS if old.get(k) != plan.get(k)]
             if diff:
                 raise StoreError(
                     f"{self.root} holds results of a different plan (differs in {', '.join(diff)}); "
                     "use another --work-dir or --fresh to discard them"
                 )
-            arms = list(dict.fromkeys([*old.get("arms", []), *plan.get("arms", [])]))
-            plan = {**plan, "arms": arms}
-        if fresh and self.root.exists():
-            for p in [*sorted(self.root.glob("arms/*/*.json")), self.root / "ceiling.json"]:
-                p.unlink(missing_ok=True)
+            plan = {**plan, "started_at": old.get("started_at", plan.get("started_at"))}
         _atomic_write(self.plan_path, plan)
+        return old is not None
 
-    # ---- arm repetitions --------------------------------------------------------------------
-    def path(self, arm: str, rep: int, partial: bool = False) -> Path:
-        return self.root / "arms" / arm / (f"rep{rep}.partial.json" if partial else f"rep{rep}.json")
-
+    # ---- records ------------------------------------------------------------------------
     def log_path(self, arm: str, rep: int) -> Path:
         return self.root / "logs" / f"{arm}-rep{rep}.log"
 
-    def has(self, arm: str, rep: int) -> bool:
-        return self.path(arm, rep).exists()
+    def append(self, name: str, record: dict[str, Any]) -> None:
+        """Append one JSON line (flushed and synced: a crash loses at most the line being written)."""
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
 
-    def save(self, arm: str, rep: int, data: dict[str, Any]) -> Path:
-        path = self.path(arm, rep)
-        _atomic_write(path, {**data, "status": "complete"})
-        self.path(arm, rep, partial=True).unlink(missing_ok=True)
-        return path
-
-    def save_partial(self, arm: str, rep: int, data: dict[str, Any]) -> Path:
-        path = self.path(arm, rep, partial=True)
-        _atomic_write(path, {**data, "status": data.get("status", "partial")})
-        return path
-
-    def load_all(self, include_partial: bool = False) -> dict[str, dict[int, dict[str, Any]]]:
-        """``{arm: {rep: data}}`` of finished (and optionally partial) arm-repetitions."""
-        out: dict[str, dict[int, dict[str, Any]]] = {}
-        for path in sorted(self.root.glob("arms/*/rep*.json")):
-            partial = path.name.endswith(".partial.json")
-            if partial and not include_partial:
+    def read(self, name: str) -> Iterator[dict[str, Any]]:
+        """The records of a JSON-lines file; a last line cut by a crash is skipped."""
+        path = self.root / name
+        if not path.exists():
+            return
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if not line.strip():
                 continue
-            rep = int(path.name[3:].split(".")[0])
-            data = json.loads(path.read_text())
-            arm = data.get("arm", path.parent.name)
-            if partial and rep in out.get(arm, {}):
-                continue
-            out.setdefault(arm, {})[rep] = data
-        return out
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:
+                    return
+                raise StoreError(f"{path}:{i + 1}: not JSON; the work directory is damaged") from None
 
     # ---- other artefacts --------------------------------------------------------------------
     def save_json(self, name: str, data: Any) -> Path:

@@ -1,4 +1,11 @@
-"""``specops bench``: measure speculative decoding against baseline, check identity, recommend, apply."""
+"""``specops bench``: does speculation pay on this host? Ceiling first, then a paired, sequential run.
+
+1. The hardware ceiling (llama-bench): arms that cannot reach 1.0× even with every draft accepted are not run.
+2. The remaining arms' servers are loaded side by side (as many as memory allows) with two baselines; tasks
+   alternate between them block by block, so machine drift cancels; an arm stops as soon as its interval
+   decides; ``--budget`` bounds the run.
+3. A/A-gated recommendation, report, inventory variables, ``--apply``.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +17,29 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from specops.bench import arms as armsmod
 from specops.bench import ceiling as ceil
+from specops.bench.arms import AA, BASELINE, Arm
+from specops.bench.design import Design
 from specops.bench.inventory import DEFAULT_VARS_FILE, ApplyError, apply
 from specops.bench.quantize import QuantizeError, derive
 from specops.bench.report import machine_info
-from specops.bench.runner import BenchConfig, BenchError, Progress, run_bench, run_server_arm, wait_for_quiet
-from specops.bench.speculative_cli import CliError, render_prompts, run_cli_arm
+from specops.bench.runner import BenchConfig, BenchError, Progress, fmt_s
+from specops.bench.runner import run as run_design
 from specops.bench.store import ResultStore, StoreError
 from specops.bench.summary import build
 from specops.bench.tasks import STANDARD_SET, TaskError, load_tasks, task_set_digest, workloads_of
 from specops.capabilities import Capabilities
 from specops.fetch import catalog
+from specops.fit import FitError, FitParams, Memory, estimate
+from specops.ggufmeta import GGUFError
 from specops.paths import cache_dir
-from specops.profile import ServerProfile
-from specops.server import ServerProcess, ServerStartError
 
 NAME = "bench"
-HELP = "benchmark speculative decoding arms against baseline, check output identity, recommend settings"
+HELP = "does speculation pay here? hardware ceiling, paired sequential bench, A/A-gated recommendation"
+MIN_SERVERS = 3  # baseline, its A/A twin, one arm
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -63,75 +75,71 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models and build")
     g.add_argument("--target", type=Path, default=_default_model("qwen2.5-coder-1.5b"), help="target GGUF")
     g.add_argument("--draft", type=Path, default=_default_model("qwen2.5-coder-0.5b"), help="draft GGUF")
-    g.add_argument(
-        "--llama-prefix",
-        type=Path,
-        default=None,
-        help="llama.cpp install (bin/llama-server, capabilities.json); default: the lab build "
-        "or /opt/llama.cpp/current",
-    )
+    g.add_argument("--llama-prefix", type=Path, default=None,
+                   help="llama.cpp install (bin/llama-server, capabilities.json); default: the lab build "
+                   "or /opt/llama.cpp/current")
     g = p.add_argument_group("tasks")
-    g.add_argument(
-        "--tasks",
-        type=Path,
-        action="append",
-        default=[],
-        help="task JSONL file (repeatable); default: the standard set " + STANDARD_SET,
-    )
+    g.add_argument("--tasks", type=Path, action="append", default=[],
+                   help="task JSONL file (repeatable); default: the standard set " + STANDARD_SET)
     g.add_argument("--workloads", type=_strs, default=(), help="only these workloads (comma list)")
     g.add_argument("--limit-per-workload", type=int, default=None, help="first N tasks of each workload (smoke)")
     g.add_argument("--sample-every", type=int, default=None, metavar="K",
-                   help="systematic sample: tasks 1, 1+K, 1+2K, ... of each workload (keeps each file's mix; "
-                   "for machines too slow for the whole set)")
+                   help="systematic sample: tasks 1, 1+K, 1+2K, ... of each workload")
     g = p.add_argument_group("arms")
     g.add_argument("--arms", default="standard", help="comma list of arm names, or 'standard' (see --list-arms)")
-    g.add_argument("--list-arms", action="store_true", help="print the standard arms and exit")
-    g.add_argument("--draft-n-max", type=_ints, default=(4, 8, 16), help="draft lengths of draft-n<K> arms")
-    g.add_argument("--p-min", type=_floats, default=(0.8,), help="p-min arms (draft-n8-p<P>)")
-    g.add_argument("--n-min", type=_ints, default=(2,), help="n-min arms (draft-n8-nmin<M>)")
-    g.add_argument(
-        "--quants",
-        type=_strs,
-        default=armsmod.DEFAULT_QUANTS,
-        help="llama-quantize types for cheaper drafts ('' for none)",
-    )
+    g.add_argument("--list-arms", action="store_true", help="print the arms that would run and exit")
+    g.add_argument("--draft-n-max", type=_ints, default=(2, 4, 8), help="draft lengths of draft-n<K> arms")
+    g.add_argument("--exact-n-max", type=_ints, default=(2,),
+                   help="exact-profile arms (-fa on -ctv q8_0, the service default numerics)")
+    g.add_argument("--ngram", type=_strs, default=("ngram-simple", "ngram-mod", "ngram-map-k"),
+                   help="n-gram arms (comma list; '' for none)")
+    g.add_argument("--p-min", type=_floats, default=(), help="p-min arms (draft-n8-p<P>)")
+    g.add_argument("--n-min", type=_ints, default=(), help="n-min arms (draft-n8-nmin<M>)")
+    g.add_argument("--quants", type=_strs, default=(), help="llama-quantize types for cheaper drafts")
     g.add_argument("--quant-n-max", type=int, default=4, help="draft n-max of the re-quantised draft arms")
-    g.add_argument("--exact-n-max", type=_ints, default=(2,), help="exact-profile arms (-fa on -ctv q8_0)")
-    g.add_argument(
-        "--exact-nr-n-max", type=_ints, default=(3, 8), help="exact + --no-repack + GGML_CPU_TILED_MM=0 arms"
-    )
-    g.add_argument("--no-cli", action="store_true", help="skip the llama-speculative cross-check arm")
     g = p.add_argument_group("method")
-    g.add_argument("--reps", type=int, default=3, help="repetitions (arms interleaved)")
+    g.add_argument("--budget", type=float, default=None, metavar="MINUTES",
+                   help="stop before a block that would end past this many minutes (default: 20, "
+                   "none with --exhaustive); conclusions still open are reported as such")
+    g.add_argument("--min-tasks", type=int, default=4, help="tasks of a workload before an arm may stop")
+    g.add_argument("--half-width", type=float, default=0.05,
+                   help="an arm stops when its interval's relative half-width is at most this (default 0.05)")
+    g.add_argument("--exhaustive", action="store_true",
+                   help="the reference run: every arm (no ceiling pruning), every task, no early stopping, "
+                   "3 repetitions unless --reps")
+    g.add_argument("--run-anyway", action="store_true", help="run the arms the ceiling says cannot pay")
+    g.add_argument("--interleave", choices=("slices", "requests"), default="slices",
+                   help="slices (default): a block's requests run at once, the servers taking turns on the CPU "
+                   "every --slice seconds; requests: one request after another")
+    g.add_argument("--slice", type=float, default=0.5, metavar="SECONDS", help="time slice (default 0.5)")
+    g.add_argument("--recycle", type=int, default=4, metavar="BLOCKS",
+                   help="reload every server, in a new order, every this many blocks (default 4; 0: never): a "
+                   "server's speed differs from its twin's by ~1%% for as long as it lives")
+    g.add_argument("--reps", type=int, default=None, help="repetitions (default 1; 3 with --exhaustive)")
     g.add_argument("--max-tokens", type=int, default=192)
     g.add_argument("--seed", type=int, default=42)
     g.add_argument("--threads", type=int, default=None, help="server threads (default: llama.cpp's)")
     g.add_argument("--draft-threads", type=int, default=None, help="draft model threads (default: --threads)")
     g.add_argument("--ctx-size", type=int, default=4096)
-    g.add_argument(
-        "--max-busy",
-        type=float,
-        default=None,
-        help="before each arm-repetition wait until other work uses at most this %% of the CPUs "
-        "(shared machines; what was seen is recorded either way)",
-    )
-    g.add_argument("--idle-timeout", type=float, default=1800.0, help="longest wait for --max-busy (s)")
-    g.add_argument("--no-ceiling", action="store_true", help="skip the llama-bench hardware ceiling")
+    g.add_argument("--memory-mib", type=float, default=None,
+                   help="memory the side-by-side servers may use (default: what the host has available)")
+    g = p.add_argument_group("hardware ceiling")
+    g.add_argument("--no-ceiling", action="store_true", help="skip the llama-bench hardware ceiling (no pruning)")
+    g.add_argument("--ceiling-margin", type=float, default=0.05,
+                   help="prune arms whose perfect-acceptance ceiling is below 1 + this (default 0.05)")
     g.add_argument("--ceiling-depth", type=int, default=256)
-    g.add_argument("--ceiling-reps", type=int, default=5)
-    g.add_argument("--ceiling-k-max", type=int, default=17, help="largest batch k measured (>= 2)")
+    g.add_argument("--ceiling-reps", type=int, default=3)
+    g.add_argument("--ceiling-k", type=_ints, default=ceil.KS, help="batch sizes k measured (must include 1)")
     g = p.add_argument_group("results")
-    g.add_argument(
-        "--work-dir",
-        type=Path,
-        default=None,
-        help="per-arm results (resumable); default $SPECOPS_CACHE/bench/<run-name>",
-    )
+    g.add_argument("--work-dir", type=Path, default=None,
+                   help="results (resumable); default $SPECOPS_CACHE/bench/<run-name>")
     g.add_argument("--run-name", default="default")
     g.add_argument("--fresh", action="store_true", help="discard results in the work dir first")
     g.add_argument("--report", type=Path, default=Path("reports/speculative_benchmark.md"))
     g.add_argument("--assets", type=Path, default=Path("reports/bench"), help="raw JSON and PNG plots")
     g.add_argument("--report-only", action="store_true", help="rebuild the report from the work dir")
+    g.add_argument("--reference-run", type=Path, default=None, metavar="RESULTS_JSON",
+                   help="results.json of an exhaustive run: the report says whether the picks agree")
     g.add_argument("--quiet", action="store_true")
     g = p.add_argument_group("recommendation")
     g.add_argument("--rule", choices=("identical", "fastest"), default="identical")
@@ -142,7 +150,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--inventory", type=Path, action="append", default=None,
                    help="inventory for --apply (repeatable; default inventory/hosts.yml)")
     g.add_argument("--deploy-var", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra variable for the --apply deploy (repeatable), e.g. llama_cpp_install_root=/opt/x")
+                   help="extra variable for the --apply deploy (repeatable)")
 
 
 def _err(msg: str) -> None:
@@ -152,33 +160,25 @@ def _err(msg: str) -> None:
 def arm_names(args: argparse.Namespace) -> list[str]:
     if args.arms.strip() == "standard":
         return armsmod.standard_arm_names(
-            n_max=args.draft_n_max,
-            p_min=args.p_min,
-            n_min=args.n_min,
-            quants=args.quants,
-            quant_n_max=args.quant_n_max,
-            exact_n_max=args.exact_n_max,
-            exact_nr_n_max=args.exact_nr_n_max,
-            cli=not args.no_cli,
+            n_max=args.draft_n_max, p_min=args.p_min, n_min=args.n_min, quants=args.quants,
+            quant_n_max=args.quant_n_max, exact_n_max=args.exact_n_max, ngram=args.ngram,
         )
     return [a for a in args.arms.split(",") if a.strip()]
 
 
-def _report(args: argparse.Namespace, store: ResultStore, partial: bool = False) -> int:
-    out = build(
-        store,
-        args.report,
-        args.assets,
-        args.rule,
-        None if args.no_vars else args.vars_file,
-        include_partial=partial,
-    )
+def _report(args: argparse.Namespace, store: ResultStore) -> int:
+    out = build(store, args.report, args.assets, args.rule, None if args.no_vars else args.vars_file,
+                args.reference_run)
     print(f"report: {out.report}\nraw: {out.raw_json}")
     for wl, pk in out.picks.items():
-        print(f"recommended for {wl}: {pk.arm} — {pk.reason}")
+        shown = pk.arm if pk.valid else "nothing (run invalid)"
+        print(f"recommended for {wl}: {shown} — {pk.reason}")
     if out.vars_file:
         print(f"inventory variables: {out.vars_file}")
-    if args.apply and out.vars_file:
+    if args.apply:
+        if not out.vars_file:
+            _err("not applying: the run recommends nothing (invalid A/A check) or --no-vars was given")
+            return 1
         try:
             extra = [x for kv in args.deploy_var for x in ("-e", kv)]
             return apply(out.vars_file, args.playbook, args.inventory or [Path("inventory/hosts.yml")], extra)
@@ -188,180 +188,238 @@ def _report(args: argparse.Namespace, store: ResultStore, partial: bool = False)
     return 0
 
 
+def _measure_ceiling(args: argparse.Namespace, prefix: Path, arms: list[Arm], drafts: dict[str, Path],
+                     progress: Progress) -> tuple[dict[str, Any] | None, str]:
+    bench_bin = prefix / "bin" / "llama-bench"
+    if not bench_bin.exists():
+        return None, (f"{bench_bin} is missing (build the llama-bench target): the hardware ceiling was not "
+                      "measured, so no arm was pruned")
+    if 1 not in args.ceiling_k:
+        raise BenchError("--ceiling-k must include 1 (one decode step is the unit)")
+    nums = {ceil.Numerics.of_profile(a.profile, a.env).name: ceil.Numerics.of_profile(a.profile, a.env)
+            for a in arms}
+    try:
+        data = ceil.measure(bench_bin, Path(args.target), list(nums.values()), drafts, args.ceiling_depth,
+                            args.ceiling_reps, args.threads, progress.note, ks=sorted(set(args.ceiling_k)))
+    except ceil.CeilingError as exc:
+        return None, f"hardware ceiling not measured: {str(exc).splitlines()[0]}"
+    return data, ""
+
+
+def _capacity(args: argparse.Namespace, cfg: BenchConfig, arms: list[Arm]) -> tuple[int, str]:
+    """How many of the servers fit side by side (the memory fit of each, shared model pages counted once)."""
+    vm = psutil.virtual_memory()
+    avail = int(args.memory_mib * 2**20) if args.memory_mib else int(vm.available)
+    memory = Memory("host RAM", avail, int(vm.total), "given" if args.memory_mib else "psutil (available)")
+    needs: list[int] = []
+    files: dict[str, int] = {}
+    for arm in arms:
+        prof = cfg.profile_for(arm)
+        draft = cfg.draft_for(arm)
+        params = FitParams(ctx_size=cfg.ctx_size, cache_type_k=prof.cache_type_k or "f16",
+                           cache_type_v=prof.cache_type_v or "f16", flash_attn=prof.flash_attn != "off",
+                           draft_n_max=prof.draft_n_max or ceil.DEFAULT_DRAFT_N_MAX)
+        try:
+            rep = estimate(cfg.target, draft, params, memory)
+        except (FitError, GGUFError) as exc:
+            raise BenchError(f"memory fit for {arm.name}: {exc}") from exc
+        needs.append(rep.needed)  # its weights stand for its private (repacked) copy
+        for path in (cfg.target, draft):
+            if path is not None:
+                files[str(path)] = Path(path).stat().st_size  # page cache, shared by all servers
+    room = avail - sum(files.values()) - max(512 * 2**20, avail // 10)
+    n, used = 0, 0
+    for need in sorted(needs, reverse=True):  # the largest first: a bound that holds for any order
+        if used + need > room:
+            break
+        used, n = used + need, n + 1
+    per = max(needs) / 2**20
+    note = (f"memory fit: {n} of {len(arms)} servers fit side by side in {avail / 2**30:.1f} GiB "
+            f"(largest {per:,.0f} MiB each, model files {sum(files.values()) / 2**30:.1f} GiB shared)")
+    return n, note
+
+
 def run(args: argparse.Namespace) -> int:
     work = args.work_dir or cache_dir() / "bench" / args.run_name
     store = ResultStore(work)
-    if args.list_arms:
-        for a in armsmod.select_arms(arm_names(args)):
-            print(f"{a.name:22} {a.description}")
-        return 0
+    progress = Progress(quiet=args.quiet)
     if args.report_only:
         try:
-            return _report(args, store, partial=True)
-        except FileNotFoundError as exc:
+            return _report(args, store)
+        except (FileNotFoundError, StoreError) as exc:
             _err(str(exc))
             return 2
+    reps = args.reps if args.reps is not None else (3 if args.exhaustive else 1)
+    budget_min = args.budget if args.budget is not None else (None if args.exhaustive else 20.0)
     try:
-        arms = armsmod.select_arms(arm_names(args))
+        selected = armsmod.select_arms(arm_names(args))
         tasks = load_tasks(args.tasks, list(args.workloads) or None, args.limit_per_workload, args.sample_every)
     except (armsmod.ArmError, TaskError) as exc:
         _err(str(exc))
         return 2
-    if args.reps < 1 or args.max_tokens < 1:
-        _err("--reps and --max-tokens must be >= 1")
+    if reps < 1 or args.max_tokens < 1 or args.min_tasks < 2 or not 0 < args.half_width < 1:
+        _err("--reps and --max-tokens must be >= 1, --min-tasks >= 2, --half-width within (0, 1)")
+        return 2
+    if budget_min is not None and budget_min <= 0:
+        _err("--budget must be a positive number of minutes")
+        return 2
+    if not 0.05 <= args.slice <= 10 or args.recycle < 0:
+        _err("--slice must be between 0.05 and 10 seconds, --recycle >= 0")
         return 2
     prefix = args.llama_prefix or _default_prefix()
-    server_bin = prefix / "bin" / "llama-server"
-    caps_file = prefix / "capabilities.json"
+    server_bin, caps_file = prefix / "bin" / "llama-server", prefix / "capabilities.json"
     if not server_bin.exists() or not caps_file.exists():
-        _err(
-            f"no llama.cpp build at {prefix} (need bin/llama-server and capabilities.json); "
-            "build it with playbooks/build.yml or pass --llama-prefix"
-        )
+        _err(f"no llama.cpp build at {prefix} (need bin/llama-server and capabilities.json); "
+             "build it with playbooks/build.yml or pass --llama-prefix")
         return 2
     caps = Capabilities.load(caps_file)
-    needs_draft = any(a.draft is not None for a in arms)
+    needs_draft = any(a.draft is not None for a in selected)
+    if args.target is None:
+        _err("--target is required")
+        return 2
     for label, path in (("target", args.target), ("draft", args.draft if needs_draft else None)):
         if path is not None and not Path(path).exists():
             _err(f"{label} model {path} not found (specops fetch-model …)")
             return 2
-    if args.target is None:
-        _err("--target is required")
-        return 2
+    if args.fresh and store.root.exists():
+        store.init_plan({}, fresh=True)  # clears results, keeps nothing of the old plan
+        store.plan_path.unlink(missing_ok=True)
 
-    progress = Progress(args.reps * len(arms) * len(tasks), quiet=args.quiet)
     derived: dict[str, Path] = {}
-    for q in sorted({a.draft for a in arms if a.draft not in (None, "draft")}):  # type: ignore[type-var]
+    for q in sorted({a.draft for a in selected if a.draft not in (None, "draft")}):  # type: ignore[type-var]
         progress.note(f"deriving draft {q} with llama-quantize (cached)")
         try:
             derived[str(q)] = derive(prefix / "bin" / "llama-quantize", Path(args.draft), str(q))
         except QuantizeError as exc:
             _err(str(exc))
             return 1
-
     cfg = BenchConfig(
-        target=Path(args.target),
-        draft=Path(args.draft) if args.draft else None,
-        server_binary=server_bin,
-        caps=caps,
-        tasks=tasks,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        reps=args.reps,
-        threads=args.threads,
+        target=Path(args.target), draft=Path(args.draft) if args.draft else None, server_binary=server_bin,
+        caps=caps, tasks=tasks, max_tokens=args.max_tokens, seed=args.seed, reps=reps, threads=args.threads,
         draft_threads=args.draft_threads if args.draft_threads is not None else args.threads,
-        ctx_size=args.ctx_size,
-        derived_drafts=derived,
-        speculative_binary=prefix / "bin" / "llama-speculative",
-        max_busy=args.max_busy,
-        idle_timeout=args.idle_timeout,
+        ctx_size=args.ctx_size, derived_drafts=derived,
+        budget_s=budget_min * 60 if budget_min is not None else None,
+        interleave=args.interleave, slice_s=args.slice, recycle=args.recycle or None,
     )
-    counts: dict[str, int] = {}
-    for t in tasks:
-        counts[t.workload] = counts.get(t.workload, 0) + 1
+    arm_defs = {a.name: a.to_dict() for a in selected}
+
+    # 1. the ceiling (kept in the work dir: a resumed run prunes exactly as the first one did)
+    ceiling = store.load_json("ceiling.json")
+    ceiling_note = ""
+    ceiling_s = (store.load_plan() or {}).get("ceiling_s", 0.0)
+    if ceiling is None and not args.no_ceiling:
+        drafts = {"draft": Path(args.draft)} if needs_draft and args.draft else {}
+        drafts.update(derived)
+        t0 = time.monotonic()
+        try:
+            ceiling, ceiling_note = _measure_ceiling(args, prefix, selected, drafts, progress)
+        except BenchError as exc:
+            _err(str(exc))
+            return 2
+        ceiling_s = time.monotonic() - t0
+        if ceiling is not None:
+            store.save_json("ceiling.json", ceiling)
+        else:
+            _err(ceiling_note)
+    elif args.no_ceiling:
+        ceiling, ceiling_note = None, "skipped (--no-ceiling)"
+    keep, cannot = ceil.prune({n: d for n, d in arm_defs.items() if n not in (BASELINE, AA)}, ceiling,
+                              args.ceiling_margin)
+    arm_ceilings = {}
+    for name, d in arm_defs.items():
+        ac = ceil.arm_ceiling(name, d, ceiling) if ceiling and d["profile"].get("spec_type") != "none" else None
+        if ac is not None:
+            arm_ceilings[name] = ac.to_dict()
+    run_anyway = args.run_anyway or args.exhaustive
+    for name, ac in cannot.items():
+        progress.note(f"ceiling: {name} cannot pay on this host (best {ac.best:.2f}× at draft length {ac.at_k}, "
+                      f"draft cost {ac.draft_cost:.2f})" + ("; running it anyway" if run_anyway else "; not run"))
+    running = [a for a in selected if a.name in (BASELINE, AA) or a.name in keep or run_anyway]
+    spec_arms = [a.name for a in running if a.name not in (BASELINE, AA)]
+    # an identity reference (exact-baseline) is only needed while an arm that refers to it runs
+    refs = {a.name: [b.name for b in running if b.reference == a.name and b.name != a.name]
+            for a in running if a.name not in (BASELINE, AA)}
+    refs = {r: d for r, d in refs.items() if d}
+    orphan = [r for r in spec_arms if arm_defs[r]["profile"].get("spec_type") == "none" and r not in refs]
+    running = [a for a in running if a.name not in orphan]
+    spec_arms = [a for a in spec_arms if a not in orphan]
+    if not spec_arms:
+        progress.note("every speculative arm was pruned by the ceiling: nothing can pay on this host")
+    try:
+        cap, cap_note = _capacity(args, cfg, running)
+    except BenchError as exc:
+        _err(str(exc))
+        return 2
+    if spec_arms and cap < MIN_SERVERS:
+        _err(f"{cap_note}: the paired design needs at least {MIN_SERVERS} (baseline, its A/A twin, one arm). "
+             "Free memory, use smaller models or a smaller --ctx-size")
+        return 2
+    cfg.capacity = cap
+    if cap < len(running):
+        cap_note += "; the others wait for room (fewer run at once)"
+        progress.note(cap_note)
+
+    by_wl = {w: [t.id for t in tasks if t.workload == w] for w in workloads_of(tasks)}
+    design_def = {
+        "arms": spec_arms, "tasks": by_wl, "min_tasks": None if args.exhaustive else args.min_tasks,
+        "half_width": args.half_width, "references": refs, "exhaustive": args.exhaustive,
+        "run_anyway": run_anyway,
+    }
+    counts = {w: len(ids) for w, ids in by_wl.items()}
     plan: dict[str, Any] = {
         "task_set": STANDARD_SET if not args.tasks else ",".join(str(p) for p in args.tasks),
-        "task_set_digest": task_set_digest(tasks),
-        "workload_counts": {w: counts[w] for w in workloads_of(tasks)},
-        "limited": args.limit_per_workload is not None or bool(args.workloads),
-        "sample_every": args.sample_every,
-        "max_tokens": args.max_tokens,
-        "seed": args.seed,
-        "reps": args.reps,
-        "threads": args.threads,
-        "draft_threads": args.draft_threads if args.draft_threads is not None else args.threads,
-        "ctx_size": args.ctx_size,
-        "target": str(args.target),
-        "target_size": Path(args.target).stat().st_size,
-        "draft": str(args.draft) if args.draft else None,
+        "task_set_digest": task_set_digest(tasks), "workload_counts": counts,
+        "limited": args.limit_per_workload is not None or bool(args.workloads), "sample_every": args.sample_every,
+        "max_tokens": args.max_tokens, "seed": args.seed, "reps": reps, "threads": args.threads,
+        "draft_threads": cfg.draft_threads, "ctx_size": args.ctx_size, "target": str(args.target),
+        "target_size": Path(args.target).stat().st_size, "draft": str(args.draft) if args.draft else None,
         "draft_size": Path(args.draft).stat().st_size if args.draft and Path(args.draft).exists() else 0,
         "derived_drafts": {q: {"path": str(p), "size": p.stat().st_size} for q, p in derived.items()},
-        "build_commit": caps.commit,
-        "compiler": caps.compiler,
-        "llama_prefix": str(prefix.resolve()),
-        "arms": [a.name for a in arms],
-        "arm_defs": [a.to_dict() for a in arms],
-        "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": machine_info(),
+        "build_commit": caps.commit, "compiler": caps.compiler, "llama_prefix": str(prefix.resolve()),
+        "arms": [a.name for a in running], "arm_defs": [a.to_dict() for a in selected],
+        "design": design_def, "budget_s": cfg.budget_s, "interleave": args.interleave, "slice_s": args.slice,
+        "recycle": args.recycle,
+        "ceiling_margin": args.ceiling_margin,
+        "ceiling_s": round(ceiling_s, 1), "ceiling_note": ceiling_note, "arm_ceilings": arm_ceilings,
+        "pruned": {n: c.to_dict() for n, c in cannot.items()}, "capacity": cap, "capacity_note": cap_note,
+        "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine_info(),
         "tasks": [t.to_dict() for t in tasks],
     }
+    if args.list_arms:
+        for a in running:
+            print(f"{a.name:22} {a.description}")
+        for n, c in cannot.items():
+            print(f"{n:22} (cannot pay on this host: ceiling {c.best:.2f}×)")
+        return 0
     try:
-        old = store.load_plan()
-        if old and not args.fresh:
-            plan["started_at"] = old.get("started_at", plan["started_at"])
-            known = {d["name"] for d in plan["arm_defs"]}
-            plan["arm_defs"] += [d for d in old.get("arm_defs", []) if d["name"] not in known]
-        store.init_plan(plan, fresh=args.fresh)
+        resumed = store.init_plan(plan)
     except StoreError as exc:
         _err(str(exc))
         return 2
+    design = Design(spec_arms, by_wl, reps=reps, min_tasks=design_def["min_tasks"], half_width=args.half_width,
+                    seed=args.seed, references=refs)
+    total = sum(counts.values())
     progress.note(
-        f"bench: {len(arms)} arms × {len(tasks)} tasks × {args.reps} reps, max {args.max_tokens} "
-        f"tokens; results in {work}"
-    )
-
-    if any(a.kind == "speculative-cli" for a in arms):
-        prompts = store.load_json("prompts.json")
-        if not prompts or any(t.id not in prompts for t in tasks):
-            try:
-                prompts = _render(cfg, store)
-            except (ServerStartError, CliError) as exc:
-                _err(f"cannot render prompts for llama-speculative: {exc}")
-                return 1
-            store.save_json("prompts.json", prompts)
-        cfg.prompts = prompts
-
-    if not args.no_ceiling and store.load_json("ceiling.json") is None:
-        bench_bin = prefix / "bin" / "llama-bench"
-        if bench_bin.exists():
-            nums = {
-                ceil.Numerics.of_profile(a.profile, a.env).name: ceil.Numerics.of_profile(a.profile, a.env)
-                for a in arms
-                if a.kind == "server"
-            }
-            drafts = {"draft": Path(args.draft)} if needs_draft and args.draft else {}
-            drafts.update(derived)
-            if args.max_busy is not None:
-                wait_for_quiet(cfg, progress)
-            try:
-                data = ceil.measure(
-                    bench_bin,
-                    Path(args.target),
-                    list(nums.values()),
-                    drafts,
-                    args.ceiling_depth,
-                    args.ceiling_reps,
-                    args.threads,
-                    progress.note,
-                    ks=range(1, max(2, args.ceiling_k_max) + 1),
-                )
-                store.save_json("ceiling.json", data)
-            except ceil.CeilingError as exc:
-                _err(f"hardware ceiling not measured: {exc}")
-        else:
-            _err(f"{bench_bin} missing: hardware ceiling not measured")
-
+        f"bench: {len(spec_arms)} arm(s) + baseline + A/A × {total} tasks × {reps} rep(s), max {args.max_tokens} "
+        f"tokens, budget {fmt_s(cfg.budget_s) if cfg.budget_s else 'none'}"
+        f"{' (resuming)' if resumed else ''}; results in {work}")
     signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        run_bench(cfg, arms, store, {"server": run_server_arm, "speculative-cli": run_cli_arm}, progress)
-    except BenchError as exc:
-        _err(str(exc))
-        _err(f"finished arm-repetitions are kept in {work}; re-run the same command to resume")
-        return 1
-    except KeyboardInterrupt:
-        _err(f"interrupted; results so far kept in {work}; re-run the same command to resume")
-        return 130
+    if spec_arms:
+        try:
+            run_design(cfg, {a.name: a for a in running}, design, store, progress)
+        except BenchError as exc:
+            _err(str(exc))
+            _err(f"what finished is kept in {work}; re-run the same command to resume")
+            return 1
+        except KeyboardInterrupt:
+            _err(f"interrupted; results so far kept in {work}; re-run the same command to resume")
+            return 130
+    else:
+        store.save_json("outcome.json", {"ended": "every arm pruned by the ceiling", "elapsed_s": 0, "blocks": 0,
+                                         "status": {}})
     return _report(args, store)
 
 
 def _sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
-
-def _render(cfg: BenchConfig, store: ResultStore) -> dict[str, str]:
-    profile = ServerProfile.from_dict(
-        {"model": str(cfg.target), "ctx_size": cfg.ctx_size, "spec_type": "none", "threads": cfg.threads}
-    )
-    with ServerProcess(cfg.server_binary, profile, cfg.caps, store.root / "logs" / "render-prompts.log") as srv:
-        assert srv.client is not None
-        return render_prompts(srv.client, cfg.tasks)

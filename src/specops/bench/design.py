@@ -1,0 +1,281 @@
+"""The paired, sequential design of the bench: which task runs next on which arms, and when an arm stops.
+
+**Blocks.** A block is one task run once on the baseline server, once on a second baseline server (the
+A/A check) and once on every arm still running for the task's workload, in an order shuffled per block.
+All servers stay loaded side by side, so the slow drift of a shared machine hits every request of a block
+alike and cancels in the ratios formed inside the block.
+
+**Ratios.** In a block, an arm's ratio is its decode tok/s divided by the geometric mean of the two
+baselines' tok/s; the A/A ratio is baseline-again ÷ baseline. Per task the block ratios are averaged
+(geometric mean over repetitions); the 95% interval is a Student-t interval on the per-task log ratios:
+the tasks are the sample, so the interval speaks for the workload, not only for the tasks that ran.
+
+**Stopping.** Per arm and workload, once ``min_tasks`` tasks are in, the arm stops running that
+workload when its interval lies wholly below 1.0 (*slower*) or its relative half-width is at most
+``half_width`` (*precise*). When the workload's tasks are used up it ends *exhausted*; a budget that runs
+out ends the rest *budget*. Stopping is decided after every block; the report states that the intervals
+are per-look 95% intervals.
+
+**Conclusions** (what the report and the recommendation read): *slower* (interval below 1), *faster*
+(interval above 1), *no gain* (interval around 1 and half-width within ``half_width``), or
+*inconclusive* with the reason (budget, tasks used up, too few tasks).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from specops.bench.arms import AA, BASELINE
+from specops.bench.stats import Interval, geomean_ratio_ci, t975
+
+SLOWER, FASTER, NO_GAIN, INCONCLUSIVE = "slower", "faster", "no gain", "inconclusive"
+CONFIDENT = (SLOWER, FASTER, NO_GAIN)
+
+
+def rel_half_width(iv: Interval) -> float:
+    """Largest relative distance of the interval's ends from its estimate (inf without an interval)."""
+    if not iv.has_ci:
+        return math.inf
+    assert iv.low is not None and iv.high is not None
+    return max(iv.high / iv.estimate - 1.0, 1.0 - iv.low / iv.estimate)
+
+
+def conclusion(iv: Interval | None, half_width: float) -> str:
+    """What an interval lets one say about an arm against baseline."""
+    if iv is None or not iv.has_ci:
+        return INCONCLUSIVE
+    if iv.significantly_below(1.0):
+        return SLOWER
+    if iv.significantly_above(1.0):
+        return FASTER
+    if rel_half_width(iv) <= half_width:
+        return NO_GAIN
+    return INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class Block:
+    """What to run next: ``task`` of ``workload`` in repetition ``rep`` on ``arms`` (baselines included)."""
+
+    index: int
+    rep: int
+    workload: str
+    task: str
+    arms: tuple[str, ...]
+
+
+@dataclass
+class Status:
+    """Where one arm stands on one workload."""
+
+    stopped: str | None = None  # None while running; slower | precise | exhausted | budget | failed: …
+    done: dict[int, int] = field(default_factory=dict)  # rep -> tasks done in that rep
+
+
+class Design:
+    """Sequential state of a run: feed it finished blocks, ask it for the next one.
+
+    ``tasks``: ``{workload: [task ids in run order]}``. ``arms``: the speculative arms (not the baselines).
+    ``min_tasks = None`` never stops an arm early (the exhaustive reference run). ``references``:
+    ``{arm: [arms whose output it is the identity reference for]}``; such an arm runs exactly as long
+    as one of those does.
+    """
+
+    def __init__(
+        self,
+        arms: Sequence[str],
+        tasks: Mapping[str, Sequence[str]],
+        reps: int = 1,
+        min_tasks: int | None = 4,
+        half_width: float = 0.05,
+        seed: int = 42,
+        aa: bool = True,
+        references: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        if reps < 1:
+            raise ValueError("reps must be >= 1")
+        self.arms = list(arms)
+        self.tasks = {w: list(ts) for w, ts in tasks.items() if ts}
+        self.workloads = list(self.tasks)
+        self.reps = reps
+        self.min_tasks = min_tasks
+        self.half_width = half_width
+        self.seed = seed
+        self.aa = aa
+        self.references = {r: list(d) for r, d in (references or {}).items() if r in arms}
+        self.status = {a: {w: Status() for w in self.workloads} for a in self.arms}
+        # per (arm, workload, task): block ratios; baselines' A/A ratios under AA
+        self.ratios: dict[str, dict[str, dict[str, list[float]]]] = {}
+        self.blocks = 0
+        self._rr = 0
+
+    # ---- feeding ----------------------------------------------------------------------------
+    def add(self, block: Block, tps: Mapping[str, float | None]) -> None:
+        """Record a finished block: decode tok/s per server that ran it (None: no usable rate)."""
+        self.blocks = max(self.blocks, block.index + 1)
+        base = tps.get(BASELINE)
+        again = tps.get(AA) if self.aa else None
+        for arm in block.arms:
+            if arm in self.status:
+                st = self.status[arm][block.workload]
+                st.done[block.rep] = st.done.get(block.rep, 0) + 1
+        if not base or base <= 0:
+            return
+        denom = math.sqrt(base * again) if again and again > 0 else base
+        if again and again > 0:
+            self._ratio(AA, block.workload, block.task, again / base)
+        for arm in block.arms:
+            if arm in (BASELINE, AA) or arm not in self.status:
+                continue
+            v = tps.get(arm)
+            if v and v > 0:
+                self._ratio(arm, block.workload, block.task, v / denom)
+        self._decide(block.workload)
+
+    def _ratio(self, arm: str, wl: str, task: str, r: float) -> None:
+        self.ratios.setdefault(arm, {}).setdefault(wl, {}).setdefault(task, []).append(r)
+
+    def fail(self, arm: str, why: str) -> None:
+        """An arm whose server died or answered garbage stops everywhere."""
+        for st in self.status.get(arm, {}).values():
+            if st.stopped is None:
+                st.stopped = f"failed: {why}"
+        for wl in self.workloads:
+            self._decide(wl)
+
+    def out_of_budget(self) -> None:
+        for rows in self.status.values():
+            for st in rows.values():
+                if st.stopped is None:
+                    st.stopped = "budget"
+
+    # ---- reading ----------------------------------------------------------------------------
+    def task_ratios(self, arm: str, wl: str | None = None) -> dict[str, float]:
+        """``{task: geometric mean of its block ratios}`` for one workload (or all)."""
+        rows = self.ratios.get(arm, {})
+        out: dict[str, float] = {}
+        for w, tasks in rows.items():
+            if wl is not None and w != wl:
+                continue
+            for task, rs in tasks.items():
+                out[task] = math.exp(sum(math.log(r) for r in rs) / len(rs))
+        return out
+
+    def interval(self, arm: str, wl: str) -> Interval | None:
+        ratios = self.task_ratios(arm, wl)
+        return geomean_ratio_ci(list(ratios.values())) if ratios else None
+
+    def mix_interval(self, arm: str, workloads: Iterable[str] | None = None) -> Interval | None:
+        """The whole mix: every workload weighs the same (a stratified estimate), so an arm that ran
+        longer on the workloads where it wins is not favoured. Normal interval on the mean of the
+        workloads' log estimates, with the smallest per-workload t quantile's degrees of freedom."""
+        logs: list[float] = []
+        vars_: list[float] = []
+        dfs: list[int] = []
+        for w in workloads or self.workloads:
+            iv = self.interval(arm, w)
+            if iv is None:
+                continue
+            logs.append(math.log(iv.estimate))
+            if iv.has_ci:
+                assert iv.high is not None
+                se = (math.log(iv.high) - math.log(iv.estimate)) / t975(iv.n - 1)
+                vars_.append(se * se)
+                dfs.append(iv.n - 1)
+        if not logs:
+            return None
+        m = sum(logs) / len(logs)
+        n = sum(len(self.task_ratios(arm, w)) for w in workloads or self.workloads)
+        if len(vars_) != len(logs):
+            return Interval(math.exp(m), None, None, n)
+        se = math.sqrt(sum(vars_)) / len(logs)
+        half = t975(max(1, min(dfs))) * se
+        return Interval(math.exp(m), math.exp(m - half), math.exp(m + half), n)
+
+    def n_tasks(self, arm: str, wl: str) -> int:
+        return len(self.ratios.get(arm, {}).get(wl, {}))
+
+    def alive(self, wl: str) -> list[str]:
+        return [a for a in self.arms if self.status[a][wl].stopped is None]
+
+    def running(self) -> list[str]:
+        """Arms still running on at least one workload."""
+        return [a for a in self.arms if any(st.stopped is None for st in self.status[a].values())]
+
+    def needs(self, arm: str, rep: int) -> bool:
+        """Does ``arm`` still have tasks to run in repetition ``rep``?"""
+        return any(st.stopped is None and st.done.get(rep, 0) < len(self.tasks[w])
+                   for w, st in self.status[arm].items())
+
+    def conclusion(self, arm: str, wl: str) -> str:
+        return conclusion(self.interval(arm, wl), self.half_width)
+
+    # ---- deciding ---------------------------------------------------------------------------
+    def _decide(self, wl: str) -> None:
+        if self.min_tasks is None:
+            return
+        for arm in self.alive(wl):
+            if arm in self.references:
+                continue
+            if self.n_tasks(arm, wl) < self.min_tasks:
+                continue
+            iv = self.interval(arm, wl)
+            if iv is None or not iv.has_ci:
+                continue
+            if iv.significantly_below(1.0):
+                self.status[arm][wl].stopped = "slower"
+            elif rel_half_width(iv) <= self.half_width:
+                self.status[arm][wl].stopped = "precise"
+        for ref, dependents in self.references.items():
+            st = self.status[ref][wl]
+            if st.stopped is None and all(self.status[d][wl].stopped is not None for d in dependents):
+                st.stopped = "reference no longer needed"
+
+    def order(self, wl: str, rep: int) -> list[str]:
+        """The workload's tasks in this repetition's order (shuffled, reproducible from the seed)."""
+        tasks = list(self.tasks[wl])
+        random.Random(f"{self.seed}:{wl}:{rep}").shuffle(tasks)
+        return tasks
+
+    def next_block(self, rep: int, loaded: Iterable[str] | None = None) -> Block | None:
+        """The next block of repetition ``rep`` (None: this repetition is done for every running arm).
+
+        Workloads take turns, so a budget that ends the run leaves each of them partly explored rather
+        than some untouched. ``loaded``: the arms whose servers are up (all when None)."""
+        ready = set(self.arms if loaded is None else loaded)
+        n = len(self.workloads)
+        for i in range(n):
+            wl = self.workloads[(self._rr + i) % n]
+            arms = [a for a in self.alive(wl) if a in ready]
+            size = len(self.tasks[wl])
+            for a in arms:
+                if self.status[a][wl].done.get(rep, 0) >= size and rep + 1 >= self.reps:
+                    self.status[a][wl].stopped = "exhausted"
+            arms = [a for a in arms if self.status[a][wl].done.get(rep, 0) < size]
+            if not arms:
+                continue
+            pos = min(self.status[a][wl].done.get(rep, 0) for a in arms)
+            arms = [a for a in arms if self.status[a][wl].done.get(rep, 0) == pos]
+            self._rr = (self._rr + i + 1) % n
+            task = self.order(wl, rep)[pos]
+            block_arms = (BASELINE, *((AA,) if self.aa else ()), *arms)
+            return Block(self.blocks, rep, wl, task, block_arms)
+        return None
+
+    def finish_rep(self, rep: int) -> None:
+        """After the last repetition, arms that ran out of tasks end *exhausted*."""
+        if rep + 1 < self.reps:
+            return
+        for rows in self.status.values():
+            for st in rows.values():
+                if st.stopped is None:
+                    st.stopped = "exhausted"
+
+    def shuffled(self, block: Block) -> list[str]:
+        """The order the block's servers answer in: shuffled per block, reproducible."""
+        arms = list(block.arms)
+        random.Random(f"{self.seed}:block:{block.index}").shuffle(arms)
+        return arms

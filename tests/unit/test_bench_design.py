@@ -1,0 +1,173 @@
+"""The paired, sequential design: block order, ratios inside blocks, stopping, the A/A check."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specops.bench.design import (
+    AA,
+    BASELINE,
+    FASTER,
+    INCONCLUSIVE,
+    NO_GAIN,
+    SLOWER,
+    Design,
+    conclusion,
+    rel_half_width,
+)
+from specops.bench.stats import Interval
+
+TASKS = {"code": [f"c{i}" for i in range(8)], "prose": [f"p{i}" for i in range(6)]}
+
+
+def drive(d: Design, speeds: dict[str, float], drift: float = 0.0, rep: int = 0, limit: int = 1000) -> list:
+    """Run blocks until the design has none left; every server's tok/s is its speed × a drift factor
+    shared by the whole block (the machine getting slower block by block)."""
+    blocks = []
+    while (b := d.next_block(rep)) is not None and len(blocks) < limit:
+        factor = 1.0 - drift * b.index
+        noise = {a: 1.0 + 0.01 * math.sin(7 * b.index + i) for i, a in enumerate(b.arms)}
+        d.add(b, {a: speeds.get(a, 10.0) * factor * noise[a] for a in b.arms})
+        blocks.append(b)
+    d.finish_rep(rep)
+    return blocks
+
+
+def test_workloads_take_turns_and_every_block_has_both_baselines() -> None:
+    d = Design(["x"], TASKS, min_tasks=None)
+    b1, b2, b3 = d.next_block(0), None, None
+    assert b1 is not None
+    d.add(b1, {a: 10.0 for a in b1.arms})
+    b2 = d.next_block(0)
+    assert b2 is not None
+    d.add(b2, {a: 10.0 for a in b2.arms})
+    b3 = d.next_block(0)
+    assert b3 is not None
+    assert [b1.workload, b2.workload, b3.workload] == ["code", "prose", "code"]
+    assert b1.arms == (BASELINE, AA, "x")
+    assert b1.task != b3.task
+
+
+def test_exhaustive_runs_every_task_of_every_rep() -> None:
+    d = Design(["x", "y"], TASKS, reps=2, min_tasks=None)
+    n = len(drive(d, {"x": 8.0}, rep=0)) + len(drive(d, {"x": 8.0}, rep=1))
+    assert n == 2 * (8 + 6)
+    assert {t for t in d.task_ratios("x")} == set(TASKS["code"]) | set(TASKS["prose"])
+    assert all(d.status[a][w].stopped == "exhausted" for a in ("x", "y") for w in TASKS)
+
+
+def test_loser_stops_early_and_equal_arm_stops_when_precise() -> None:
+    d = Design(["loser", "same"], TASKS, min_tasks=4, half_width=0.05)
+    drive(d, {"loser": 5.0, "same": 10.0})
+    for wl in TASKS:
+        assert d.status["loser"][wl].stopped == "slower"
+        assert d.n_tasks("loser", wl) == 4
+        assert d.conclusion("loser", wl) == SLOWER
+        assert d.status["same"][wl].stopped == "precise"
+        assert d.conclusion("same", wl) == NO_GAIN
+
+
+def test_drift_cancels_inside_blocks() -> None:
+    """The machine slows by 2% per block: a fresh-server-per-arm design would see it as a loss.
+    Paired inside each block, the equal arm stays at 1.0 and the A/A check at 1.0."""
+    d = Design(["same"], TASKS, min_tasks=None)
+    drive(d, {}, drift=0.02)
+    for wl in TASKS:
+        iv = d.interval("same", wl)
+        aa = d.interval(AA, wl)
+        assert iv is not None and aa is not None
+        assert iv.estimate == pytest.approx(1.0, abs=0.02)
+        assert aa.estimate == pytest.approx(1.0, abs=0.02)
+
+
+def test_biased_second_baseline_shows_in_the_aa_interval() -> None:
+    d = Design(["x"], TASKS, min_tasks=None)
+    drive(d, {AA: 11.0})
+    aa = d.interval(AA, "code")
+    assert aa is not None and aa.significantly_above(1.0)
+
+
+def test_failed_arm_stops_everywhere() -> None:
+    d = Design(["x", "y"], TASKS)
+    d.fail("x", "server exited 3")
+    b = d.next_block(0)
+    assert b is not None and "x" not in b.arms and "y" in b.arms
+    assert all(st.stopped.startswith("failed") for st in d.status["x"].values())
+
+
+def test_budget_marks_running_arms() -> None:
+    d = Design(["x"], TASKS)
+    d.out_of_budget()
+    assert d.next_block(0) is None
+    assert {st.stopped for st in d.status["x"].values()} == {"budget"}
+    assert d.conclusion("x", "code") == INCONCLUSIVE
+
+
+def test_only_loaded_arms_are_scheduled_and_late_arms_catch_up() -> None:
+    d = Design(["a", "b"], {"code": ["t1", "t2", "t3"]}, min_tasks=None)
+    b1 = d.next_block(0, loaded=["a"])
+    assert b1 is not None and b1.arms == (BASELINE, AA, "a")
+    d.add(b1, {x: 10.0 for x in b1.arms})
+    b2 = d.next_block(0, loaded=["a", "b"])
+    assert b2 is not None and b2.arms == (BASELINE, AA, "b") and b2.task == b1.task
+
+
+def test_shuffle_is_reproducible_and_varies() -> None:
+    d = Design(["a", "b", "c"], TASKS)
+    b = d.next_block(0)
+    assert b is not None
+    assert d.shuffled(b) == d.shuffled(b)
+    orders = set()
+    for i in range(12):
+        orders.add(tuple(d.shuffled(type(b)(i, 0, b.workload, b.task, b.arms))))
+    assert len(orders) > 3
+
+
+def test_conclusions() -> None:
+    assert conclusion(Interval(0.8, 0.7, 0.9, 5), 0.05) == SLOWER
+    assert conclusion(Interval(1.3, 1.1, 1.6, 5), 0.05) == FASTER
+    assert conclusion(Interval(1.0, 0.97, 1.03, 5), 0.05) == NO_GAIN
+    assert conclusion(Interval(1.0, 0.8, 1.2, 5), 0.05) == INCONCLUSIVE
+    assert conclusion(Interval(1.0, None, None, 1), 0.05) == INCONCLUSIVE
+    assert conclusion(None, 0.05) == INCONCLUSIVE
+    assert rel_half_width(Interval(1.0, None, None, 1)) == math.inf
+
+
+def test_mix_weighs_workloads_equally() -> None:
+    d = Design(["x"], TASKS, min_tasks=None)
+    drive(d, {})
+    for task in TASKS["code"]:
+        d.ratios["x"]["code"][task] = [2.0]
+    for task in TASKS["prose"]:
+        d.ratios["x"]["prose"][task] = [0.5]
+    mix = d.mix_interval("x")
+    assert mix is not None and mix.estimate == pytest.approx(1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.3, 3.0), min_size=2, max_size=6), st.floats(0.5, 2.0))
+def test_ratio_is_invariant_to_a_block_wide_factor(speeds: list[float], factor: float) -> None:
+    """Whatever slows or speeds the whole machine during a block leaves the ratios unchanged."""
+    arms = [f"a{i}" for i in range(len(speeds))]
+    d1, d2 = Design(arms, {"w": ["t"]}, min_tasks=None), Design(arms, {"w": ["t"]}, min_tasks=None)
+    b = d1.next_block(0)
+    assert b is not None
+    tps = {BASELINE: 10.0, AA: 10.5, **dict(zip(arms, speeds, strict=True))}
+    d1.add(b, tps)
+    d2.add(b, {k: v * factor for k, v in tps.items()})
+    for a in arms:
+        assert d1.task_ratios(a) == pytest.approx(d2.task_ratios(a))
+
+
+def test_identity_reference_runs_as_long_as_its_arm() -> None:
+    d = Design(["exact-baseline", "exact-n2", "loser"], TASKS, min_tasks=4,
+               references={"exact-baseline": ["exact-n2"]})
+    drive(d, {"exact-n2": 5.0, "loser": 5.0, "exact-baseline": 5.0})
+    for wl in TASKS:
+        assert d.status["exact-n2"][wl].stopped == "slower"
+        assert d.status["exact-baseline"][wl].stopped == "reference no longer needed"
+        assert d.n_tasks("exact-baseline", wl) == d.n_tasks("exact-n2", wl) == 4
