@@ -52,11 +52,12 @@ ROWS: list[tuple[str, list[Panel]]] = [
               "stat", width=4, height=4),
     ]),
     ("Speculation", [
-        Panel("Draft acceptance vs break-even",
+        Panel("Draft acceptance vs this host's break-even",
               [(f"instance:llamacpp_spec_acceptance_ratio:rate5m{{{SEL}}}", "{{instance}}"),
-               ("specops:spec_acceptance_break_even:ratio", "break-even")],
-              unit="percentunit", description="Accepted / drafted tokens over 5m. Below break-even, "
-              "speculation costs more than it saves."),
+               (f"specops_speed_gate_break_even_acceptance{{{SEL}}}", "{{instance}} break-even")],
+              unit="percentunit", description="Accepted / drafted tokens over 5m. The break-even comes from the "
+              "deploy's speed gate on each host (its measured round cost): below it speculation is slower than "
+              "plain decoding there."),
         Panel("Mean acceptance length",
               [(f"instance:llamacpp_spec_mean_acceptance_length:rate5m{{{SEL}}}", "{{instance}}")]),
         Panel("Acceptance by draft position",
@@ -74,8 +75,11 @@ ROWS: list[tuple[str, list[Panel]]] = [
                (f"llamacpp_slots_speculative{{{SEL}}}", "{{instance}} speculative slots")], width=12),
     ]),
     ("Throughput and requests", [
-        Panel("Decode speed (tokens per second of generation)",
-              [(f"instance:llamacpp_decode_tokens_per_second:rate5m{{{SEL}}}", "{{instance}}")]),
+        Panel("Decode speed vs plain decoding on this host",
+              [(f"instance:llamacpp_decode_tokens_per_second:rate5m{{{SEL}}}", "{{instance}}"),
+               (f"specops_speed_gate_plain_decode_tokens_per_second{{{SEL}}}", "{{instance}} plain (speed gate)")],
+              description="Tokens per second of generation. The second line is plain decoding of the same build "
+              "on the same host, measured by the deploy's speed gate: speculation that stays below it loses."),
         Panel("Throughput (tokens per wall-clock second)",
               [(f"instance:llamacpp_tokens_predicted:rate5m{{{SEL}}}", "{{instance}} generated"),
                (f"instance:llamacpp_prompt_tokens:rate5m{{{SEL}}}", "{{instance}} prompt")]),

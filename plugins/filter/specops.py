@@ -20,6 +20,7 @@ from specops.devices import device_problem
 from specops.fetch import catalog
 from specops.probe import summarize_probe
 from specops.profile import ProfileError, ServerProfile
+from specops.speedgate import SpeedGateError, judge, message, mode_from_fit
 
 
 def specops_capabilities(help_text: str, version_text: str = "") -> dict:
@@ -77,6 +78,23 @@ def specops_device_problem(run: dict, backend: str) -> str:
     return device_problem(backend, output, int(run.get("rc", 0)))
 
 
+def specops_speed_gate(spec_probe: dict, plain_probe: dict, spec_url: str, plain_url: str, min_ratio: float = 1.0,
+                       action: str = "fallback", service: str = "the service", draft_n_max: int | None = None,
+                       mode: str = "side by side") -> dict:
+    """Judge the speed probes: ratio, interval, verdict (pays | loses), the line to print, the break-even."""
+    try:
+        out = judge(spec_probe, plain_probe, spec_url, plain_url, float(min_ratio),
+                    int(draft_n_max) if draft_n_max not in (None, "") else None, mode)
+    except SpeedGateError as exc:
+        raise AnsibleFilterError(f"speed gate: {exc}") from exc
+    out["message"] = message(out, action, service)
+    return out
+
+
+def specops_gate_mode(fit: dict | None) -> str:
+    return mode_from_fit(fit)
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -89,4 +107,6 @@ class FilterModule:
             "specops_probe_summary": summarize_probe,
             "specops_model_file": specops_model_file,
             "specops_device_problem": specops_device_problem,
+            "specops_speed_gate": specops_speed_gate,
+            "specops_gate_mode": specops_gate_mode,
         }

@@ -96,3 +96,17 @@ def message(result: Mapping[str, Any], action: str, service: str) -> str:
     if action == "warn":
         return f"{head}: SPECULATION LOSES on this host — kept as configured (llama_server_speed_gate=warn); {todo}."
     return f"{head}: SPECULATION LOSES on this host (llama_server_speed_gate=fail); {todo}."
+
+
+SIDE_BY_SIDE, ONE_AFTER_THE_OTHER = "side by side", "one after the other"
+
+
+def mode_from_fit(fit: Mapping[str, Any] | None) -> str:
+    """Side by side when the memory fit leaves room for a plain server (the target's share of the estimate)
+    beside the speculative one, after the fit's own margin; else one after the other."""
+    if not fit or "breakdown" not in fit:
+        return ONE_AFTER_THE_OTHER
+    plain = sum(float(i["mib"]) for i in fit["breakdown"]
+                if str(i["component"]).startswith("target") or i["component"] in ("runtime overhead", "prompt cache"))
+    need = float(fit["needed_mib"]) + float(fit.get("margin_mib", 0)) + plain
+    return SIDE_BY_SIDE if need <= float(fit["available_mib"]) else ONE_AFTER_THE_OTHER

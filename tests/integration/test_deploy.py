@@ -62,6 +62,26 @@ def test_service_is_active_and_speculating(deployed, labhost):
     assert labhost.run(["systemctl", "is-enabled", "llama-server-baseline"], check=False).stdout.strip() == "disabled"
 
 
+def speed_gate_record(labhost) -> dict:
+    return json.loads(labhost.run(["cat", "/etc/specops/speed-gate.json"]).stdout)
+
+
+def test_speed_gate_measured_speculation_against_plain_decoding(deployed, labhost):
+    """The first deploy measured the speculative service against the baseline unit of the same build on this
+    host and said so; in warn mode the service keeps speculating."""
+    m = re.search(r"speculative ([\d.]+) tok/s vs plain ([\d.]+) tok/s \(([\d.]+)×", deployed.text)
+    assert m, deployed.text[-3000:]
+    rec = speed_gate_record(labhost)
+    assert rec["mode"] == "side by side" and rec["prompts"] >= 2
+    assert rec["plain_tps"] > 0 and rec["speculative_tps"] > 0
+    assert rec["ratio"] == pytest.approx(float(m.group(3)), abs=0.006)
+    assert rec["serving"] == "speculative" and rec["action"] == "warn"
+    assert rec["unit_sha256"] == hashlib.sha256(
+        labhost.run(["cat", f"/etc/systemd/system/{UNIT}.service"]).stdout.encode()).hexdigest()
+    # the baseline unit ran only for the measurement
+    assert labhost.run(["systemctl", "is-active", "llama-server-baseline"], check=False).stdout.strip() != "active"
+
+
 def test_second_deploy_changes_nothing(deployed, labhost):
     pid = main_pid(labhost)
     run = deploy(labhost)
@@ -136,3 +156,35 @@ def test_truncated_gguf_is_refused(deployed, labhost, smollm, tmp_path):
     assert run.rc != 0 and "truncated" in run.text.lower(), run.text[-3000:]
     assert main_pid(labhost) == pid
     assert labhost.run(["test", "-e", "/srv/specops/models/SmolLM2-truncated.gguf"], check=False).returncode != 0
+
+
+def test_speed_gate_falls_back_to_plain_decoding_when_speculation_loses(deployed, labhost):
+    """SmolLM2 drafting for itself cannot pay (the draft costs what it saves). With the default gate the deploy
+    serves plain decoding, loudly, with both figures; a second run with nothing changed measures nothing and
+    restarts nothing; asking for speculation to fail the deploy instead keeps the last known-good unit."""
+    run = deploy(labhost, "-e", "llama_server_speed_gate=fallback", "-e", "llama_server_speed_gate_refresh=true")
+    assert run.rc == 0, run.output[-4000:]
+    assert "SPECULATION LOSES on this host" in run.text and "now serves plain decoding" in run.text, run.text[-3000:]
+    unit = labhost.run(["systemctl", "cat", UNIT]).stdout
+    assert "--spec-type none" in unit and "--spec-draft-model" not in unit and "lost the speed gate" in unit
+    rec = speed_gate_record(labhost)
+    assert rec["verdict"] == "loses" and rec["serving"] == "plain" and rec["ratio"] < 1.0
+    out = completion(labhost)
+    assert out["content"].strip() and not out["timings"].get("draft_n")
+
+    pid = main_pid(labhost)
+    again = deploy(labhost, "-e", "llama_server_speed_gate=fallback")
+    assert again.rc == 0, again.output[-4000:]
+    assert "This unit lost the speed gate before" in again.text, again.text[-3000:]
+    assert again.recap(labhost.name).get("changed") == 0, again.output[-4000:]
+    assert main_pid(labhost) == pid and "Speed gate - probe" not in again.text
+
+    failing = deploy(labhost, "-e", "llama_server_speed_gate=fail", "-e", "llama_server_speed_gate_refresh=true")
+    assert failing.rc != 0 and "llama_server_speed_gate=fail" in failing.text, failing.text[-3000:]
+    assert "last known-good unit was put back" in failing.text
+    assert "--spec-type none" in labhost.run(["systemctl", "cat", UNIT]).stdout
+    assert completion(labhost)["content"].strip()
+
+    # back to the module's speculating service for any test after this one
+    restore = deploy(labhost, "-e", "llama_server_speed_gate_refresh=true")
+    assert restore.rc == 0, restore.output[-4000:]

@@ -60,15 +60,26 @@ def test_exhaustive_runs_every_task_of_every_rep() -> None:
     assert all(d.status[a][w].stopped == "exhausted" for a in ("x", "y") for w in TASKS)
 
 
-def test_loser_stops_early_and_equal_arm_stops_when_precise() -> None:
-    d = Design(["loser", "same"], TASKS, min_tasks=4, half_width=0.05)
-    drive(d, {"loser": 5.0, "same": 10.0})
+def test_arms_stop_as_soon_as_their_interval_settles_the_question() -> None:
+    d = Design(["loser", "same", "winner"], TASKS, min_tasks=4, half_width=0.05)
+    drive(d, {"loser": 5.0, "same": 10.0, "winner": 13.0})
     for wl in TASKS:
         assert d.status["loser"][wl].stopped == "slower"
         assert d.n_tasks("loser", wl) == 4
         assert d.conclusion("loser", wl) == SLOWER
-        assert d.status["same"][wl].stopped == "precise"
+        assert d.status["same"][wl].stopped == "no gain"  # wholly below 1.05: nothing worth deploying
         assert d.conclusion("same", wl) == NO_GAIN
+        assert d.status["winner"][wl].stopped == "faster" and d.conclusion("winner", wl) == FASTER
+
+
+def test_a_noisy_arm_near_one_runs_until_its_interval_decides() -> None:
+    """±15% task to task around 1.02: neither below 1.05 nor precise after four tasks; it keeps running."""
+    d = Design(["noisy"], {"w": [f"t{i}" for i in range(12)]}, min_tasks=4, half_width=0.05)
+    factors = [1.15, 0.9, 1.2, 0.85, 1.1, 0.95, 1.05, 1.0, 1.02, 0.98, 1.01, 1.0]
+    while (b := d.next_block(0)) is not None:
+        d.add(b, {BASELINE: 10.0, AA: 10.0, "noisy": 10.2 * factors[b.index]})
+    d.finish_rep(0)
+    assert d.n_tasks("noisy", "w") > 4
 
 
 def test_drift_cancels_inside_blocks() -> None:

@@ -80,7 +80,7 @@ def test_paired_blocks_stop_losers_and_settle_winners(fake_bin: Path, tmp_path: 
     assert len({tuple(b["order"]) for b in bl}) > 1, "the order inside blocks is shuffled"
     for wl in design.workloads:
         assert design.status["ngram-mod"][wl].stopped == "slower" and design.n_tasks("ngram-mod", wl) == 3
-        assert design.status["ngram-simple"][wl].stopped == "precise"
+        assert design.status["ngram-simple"][wl].stopped == "faster"
         assert design.interval("ngram-simple", wl).estimate == pytest.approx(1.5, rel=0.05)  # type: ignore[union-attr]
         assert design.interval(AA, wl).estimate == pytest.approx(1.0, abs=0.05)  # type: ignore[union-attr]
     servers = list(store.read("servers.jsonl"))
@@ -98,7 +98,7 @@ def test_speculation_must_really_be_on(fake_bin: Path, tmp_path: Path) -> None:
     assert all(st.stopped.startswith("failed: did not start") for st in design.status["ngram-mod"].values())
     fails = [b for b in store.read("blocks.jsonl") if b.get("type") == "fail"]
     assert fails and "speculation is off" in fails[0]["why"]
-    assert all(st.stopped == "precise" for st in design.status["ngram-simple"].values())
+    assert all(st.stopped == "faster" for st in design.status["ngram-simple"].values())
 
 
 def test_arm_dying_mid_run_is_left_out_and_baseline_dying_stops_the_run(fake_bin: Path, tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_arm_dying_mid_run_is_left_out_and_baseline_dying_stops_the_run(fake_bin
     run(cfg, arms, design, store, Progress(quiet=True))
     assert all(st.stopped.startswith("failed: request") for st in design.status["ngram-mod"].values())
     assert "exited with code 3" in next(b for b in store.read("blocks.jsonl") if b.get("type") == "fail")["why"]
-    assert all(st.stopped == "precise" for st in design.status["ngram-simple"].values())
+    assert all(st.stopped == "faster" for st in design.status["ngram-simple"].values())
 
     cfg2, arms2, design2, store2 = setup(fake_bin, tmp_path / "b", [arm("ngram-simple")])
     arms2[BASELINE] = replace(arms2[BASELINE], env={"FAKE_DIE_AFTER": "2"})
@@ -143,7 +143,7 @@ def test_fewer_servers_than_arms_take_turns(fake_bin: Path, tmp_path: Path) -> N
     bl = blocks(store)
     assert all(len(b["arms"]) == 3 for b in bl)
     assert {st.stopped for st in design.status["ngram-simple"].values()} == {"slower"}
-    assert {st.stopped for st in design.status["ngram-mod"].values()} == {"precise"}
+    assert {st.stopped for st in design.status["ngram-mod"].values()} == {"faster"}
     first_mod = next(i for i, b in enumerate(bl) if "ngram-mod" in b["arms"])
     assert all("ngram-simple" in b["arms"] for b in bl[:first_mod])
 

@@ -226,7 +226,7 @@ def standard_arm_names(
     quant_n_max: int = 4,
     exact_n_max: tuple[int, ...] = (2,),
     exact_nr_n_max: tuple[int, ...] = (),
-    ngram: tuple[str, ...] = ("ngram-simple", "ngram-mod", "ngram-map-k"),
+    ngram: tuple[str, ...] = ("ngram-simple", "ngram-mod"),
     ngram_short: tuple[str, ...] = (),
     exact_ngram: tuple[str, ...] = (),
 ) -> list[str]:

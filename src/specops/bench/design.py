@@ -10,14 +10,15 @@ baselines' tok/s; the A/A ratio is baseline-again ÷ baseline. Per task the bloc
 (geometric mean over repetitions); the 95% interval is a Student-t interval on the per-task log ratios:
 the tasks are the sample, so the interval speaks for the workload, not only for the tasks that ran.
 
-**Stopping.** Per arm and workload, once ``min_tasks`` tasks are in, the arm stops running that
-workload when its interval lies wholly below 1.0 (*slower*) or its relative half-width is at most
-``half_width`` (*precise*). When the workload's tasks are used up it ends *exhausted*; a budget that runs
-out ends the rest *budget*. Stopping is decided after every block; the report states that the intervals
-are per-look 95% intervals.
+**Stopping.** Per arm and workload, once ``min_tasks`` tasks are in, the arm stops running that workload
+as soon as its interval settles the question the recommendation asks: wholly below 1.0 (*slower*), wholly
+below 1 + ``half_width`` (no gain worth deploying), wholly above 1.0 (*faster*), or a relative half-width of
+at most ``half_width`` (*precise*). When the workload's tasks are used up it ends *exhausted*; a budget
+that runs out ends the rest *budget*. Stopping is decided after every block; the report states that the
+intervals are per-look 95% intervals.
 
 **Conclusions** (what the report and the recommendation read): *slower* (interval below 1), *faster*
-(interval above 1), *no gain* (interval around 1 and half-width within ``half_width``), or
+(interval above 1), *no gain* (interval below 1 + ``half_width``, or around 1.0 within it), or
 *inconclusive* with the reason (budget, tasks used up, too few tasks).
 """
 
@@ -51,7 +52,7 @@ def conclusion(iv: Interval | None, half_width: float) -> str:
         return SLOWER
     if iv.significantly_above(1.0):
         return FASTER
-    if rel_half_width(iv) <= half_width:
+    if iv.significantly_below(1.0 + half_width) or rel_half_width(iv) <= half_width:
         return NO_GAIN
     return INCONCLUSIVE
 
@@ -227,6 +228,10 @@ class Design:
                 continue
             if iv.significantly_below(1.0):
                 self.status[arm][wl].stopped = "slower"
+            elif iv.significantly_above(1.0):
+                self.status[arm][wl].stopped = "faster"
+            elif iv.significantly_below(1.0 + self.half_width):
+                self.status[arm][wl].stopped = "no gain"
             elif rel_half_width(iv) <= self.half_width:
                 self.status[arm][wl].stopped = "precise"
         for ref, dependents in self.references.items():

@@ -7,8 +7,8 @@ Rules:
   twin), otherwise identity means nothing.
 * ``fastest``: any arm qualifies; the report still shows how many outputs differ.
 
-An arm *wins* a workload only when its whole 95% interval against baseline lies above 1.0: a point
-estimate above 1 inside the noise is not a win. Among winners the highest estimate is picked; no winner
+An arm *wins* a workload only when its whole 95% interval against baseline lies above 1.0 and its gain is
+larger than the A/A check's half-width there: a point estimate above 1 inside the noise is not a win. Among winners the highest estimate is picked; no winner
 → ``baseline``: the bench never recommends a loser. For the whole mix (the one setting to deploy) an arm
 must win the mix **and** be slower on no workload.
 
@@ -117,6 +117,10 @@ def _qualifies(
             return f"determinism of reference {ref} not checked"
     if aw.conclusion != FASTER:
         return f"not faster than baseline: {aw.speedup.fmt()} ({aw.conclusion})"
+    aa = results.get(AA, {}).get(wl)
+    if aa is not None and aa.speedup is not None and rel_half_width(aa.speedup) >= aw.speedup.estimate - 1.0:
+        return (f"its gain ({aw.speedup.estimate - 1.0:+.1%}) is within the A/A check's noise "
+                f"(±{rel_half_width(aa.speedup):.1%}): not a win this run can tell")
     return None
 
 

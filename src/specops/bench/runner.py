@@ -76,7 +76,7 @@ class BenchConfig:
     capacity: int | None = None  # servers that fit side by side (None: all)
     interleave: str = "slices"  # slices: a block's requests time-sliced; requests: one after another
     slice_s: float = 0.5
-    recycle: int | None = 4  # reload every server (in a new order) every this many blocks
+    recycle: int | None = 8  # reload every server (in a new order) every this many blocks
 
     def draft_for(self, arm: Arm) -> Path | None:
         if arm.draft is None:

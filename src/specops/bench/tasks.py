@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-STANDARD_SET = "specops-standard-v1"
+STANDARD_SET = "specops-standard-v2"
 ROLES = ("system", "user", "assistant")
 
 

@@ -91,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-n-max", type=_ints, default=(2, 4, 8), help="draft lengths of draft-n<K> arms")
     g.add_argument("--exact-n-max", type=_ints, default=(2,),
                    help="exact-profile arms (-fa on -ctv q8_0, the service default numerics)")
-    g.add_argument("--ngram", type=_strs, default=("ngram-simple", "ngram-mod", "ngram-map-k"),
+    g.add_argument("--ngram", type=_strs, default=("ngram-simple", "ngram-mod"),
                    help="n-gram arms (comma list; '' for none)")
     g.add_argument("--p-min", type=_floats, default=(), help="p-min arms (draft-n8-p<P>)")
     g.add_argument("--n-min", type=_ints, default=(), help="n-min arms (draft-n8-nmin<M>)")
@@ -103,7 +103,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "none with --exhaustive); conclusions still open are reported as such")
     g.add_argument("--min-tasks", type=int, default=4, help="tasks of a workload before an arm may stop")
     g.add_argument("--half-width", type=float, default=0.05,
-                   help="an arm stops when its interval's relative half-width is at most this (default 0.05)")
+                   help="an arm stops when its interval is within ±this of its estimate, or wholly below 1 + this "
+                   "(no gain worth deploying); also when wholly above or below 1.0 (default 0.05)")
     g.add_argument("--exhaustive", action="store_true",
                    help="the reference run: every arm (no ceiling pruning), every task, no early stopping, "
                    "3 repetitions unless --reps")
@@ -112,8 +113,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="slices (default): a block's requests run at once, the servers taking turns on the CPU "
                    "every --slice seconds; requests: one request after another")
     g.add_argument("--slice", type=float, default=0.5, metavar="SECONDS", help="time slice (default 0.5)")
-    g.add_argument("--recycle", type=int, default=4, metavar="BLOCKS",
-                   help="reload every server, in a new order, every this many blocks (default 4; 0: never): a "
+    g.add_argument("--recycle", type=int, default=8, metavar="BLOCKS",
+                   help="reload every server, in a new order, every this many blocks (default 8; 0: never): a "
                    "server's speed differs from its twin's by ~1%% for as long as it lives")
     g.add_argument("--reps", type=int, default=None, help="repetitions (default 1; 3 with --exhaustive)")
     g.add_argument("--max-tokens", type=int, default=192)

@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-interval", type=float, default=d.gpu_interval, help="default %(default)s")
     p.add_argument("--api-key-file", type=Path, help="file holding llama-server's API key")
     p.add_argument("--build-info", help="build-info.json of the llama.cpp install (default: via the PID)")
+    p.add_argument("--speed-gate-file", help="the deploy's speed-gate record (e.g. /etc/specops/speed-gate.json): "
+                   "plain vs speculative decode speed on this host, exported for the alerts")
     p.add_argument("--once", action="store_true", help="scrape once, print the exposition and exit")
     p.add_argument("--log-level", default=os.environ.get("SPECOPS_LOG_LEVEL", "INFO"))
 
@@ -52,6 +54,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         unit=args.unit, pid=args.pid, pid_from_port=not args.no_pid_from_port,
         log_journal_unit=args.log_journal, log_file=args.log_file, nvidia_smi=args.nvidia_smi,
         gpu_interval=args.gpu_interval, api_key=api_key, build_info_path=args.build_info,
+        speed_gate_file=args.speed_gate_file,
     )
 
 

@@ -18,6 +18,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from specops.exporter.llama_metrics import COUNTERS, GAUGES, PER_POS_HELP, PER_POS_NAME, SPEC_KEYS
+from specops.exporter.speedgate import SpeedGateFile
 from specops.exporter.state import Scraper, Snapshot
 
 _HELP = {name: help_ for name, help_ in (*COUNTERS.values(), *GAUGES.values())}
@@ -39,13 +40,37 @@ def _gauge(name: str, help_: str, value: float | None, labels: dict[str, str] | 
 class SpecopsCollector(Collector):
     def __init__(self, scraper: Scraper) -> None:
         self.scraper = scraper
+        self.speed_gate = SpeedGateFile(scraper.cfg.speed_gate_file)
 
     def collect(self) -> Iterator[Metric]:
         snap = self.scraper.snapshot
-        for part in (self._server, self._speculation, self._process, self._exporter):
+        for part in (self._server, self._speculation, self._process, self._speed_gate, self._exporter):
             for metric in part(snap):
                 if metric is not None:
                     yield metric
+
+    # ---- the deploy's speed gate ---------------------------------------------------------------
+    def _speed_gate(self, s: Snapshot) -> Iterator[Metric | None]:
+        g = self.speed_gate.read()
+        if g is None:
+            return
+        n = g.numbers
+        yield _gauge("specops_speed_gate_plain_decode_tokens_per_second",
+                     "Plain decoding (no speculation) of this build on this host, measured by the deploy's speed "
+                     "gate: the figure speculation must beat.", n["plain_tps"])
+        yield _gauge("specops_speed_gate_speculative_decode_tokens_per_second",
+                     "The speculative setting on the same probes, measured by the deploy's speed gate.",
+                     n["speculative_tps"])
+        yield _gauge("specops_speed_gate_ratio", "Speculative / plain decode speed at the deploy's speed gate.",
+                     n.get("ratio"))
+        yield _gauge("specops_speed_gate_break_even_acceptance",
+                     "Draft acceptance at which speculation matches plain decoding on this host (from the speed "
+                     "gate's measured round cost; above 1: no acceptance can pay).", n.get("break_even_acceptance"))
+        yield _gauge("specops_speed_gate_timestamp_seconds", "When the speed-gate record was written (file mtime).",
+                     g.mtime)
+        info = InfoMetricFamily("specops_speed_gate", "The deploy's speed gate: verdict and what the host serves.")
+        info.add_metric([], g.labels)
+        yield info
 
     # ---- llama-server ------------------------------------------------------------------------
     def _server(self, s: Snapshot) -> Iterator[Metric | None]:

@@ -25,6 +25,7 @@ class ExporterConfig:
     props_retry: float = 60.0
     api_key: str | None = None
     build_info_path: str | None = None  # build-info.json of the llama.cpp install (else found via the PID)
+    speed_gate_file: str | None = None  # the deploy's speed-gate record (plain vs speculative on this host)
 
     @property
     def server_port(self) -> int:

@@ -1,0 +1,120 @@
+"""The deploy's speed gate: judging the host's probes, the break-even, side by side or one after the other,
+and the exporter's reading of the record it leaves."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from specops.exporter.speedgate import SpeedGateFile, parse
+from specops.speedgate import (
+    ONE_AFTER_THE_OTHER,
+    SIDE_BY_SIDE,
+    SpeedGateError,
+    break_even,
+    judge,
+    message,
+    mode_from_fit,
+)
+
+SPEC, PLAIN = "http://127.0.0.1:8080", "http://127.0.0.1:8081"
+
+
+def probe(rates: dict[str, list[float]], draft: tuple[int, int] = (0, 0), n: int = 128) -> dict:
+    reqs = []
+    for url, vals in rates.items():
+        for i, v in enumerate(vals):
+            d = draft if url == SPEC else (0, 0)
+            reqs.append({"url": url, "prompt": i, "predicted_per_second": v, "predicted_n": n,
+                         "draft_n": d[0], "draft_n_accepted": d[1]})
+    return {"requests": reqs}
+
+
+def test_speculation_that_loses_is_judged_so_with_both_figures() -> None:
+    p = probe({SPEC: [6.0, 6.6, 5.4, 6.0], PLAIN: [12.0, 12.0, 12.0, 12.0]}, draft=(80, 60))
+    r = judge(p, p, SPEC, PLAIN, draft_n_max=2)
+    assert r["verdict"] == "loses" and r["prompts"] == 4
+    assert r["ratio"] == pytest.approx(0.5, abs=0.01) and r["ratio_low"] < r["ratio"] < r["ratio_high"] < 1
+    assert r["speculative_tps"] == pytest.approx(6.0) and r["plain_tps"] == pytest.approx(12.0)
+    assert r["acceptance"] == pytest.approx(0.75)
+    line = message(r, "fallback", "llama-server-speculative")
+    assert line.startswith("speculative 6.0 tok/s vs plain 12.0 tok/s (0.50× [")
+    assert "SPECULATION LOSES" in line and "now serves plain decoding" in line and "specops bench" in line
+    assert "kept as configured" in message(r, "warn", "svc")
+    assert "llama_server_speed_gate=fail" in message(r, "fail", "svc")
+
+
+def test_speculation_that_pays_is_kept_and_min_ratio_raises_the_bar() -> None:
+    p = probe({SPEC: [18.0, 19.0, 17.0], PLAIN: [12.0, 12.5, 11.5]})
+    r = judge(p, p, SPEC, PLAIN)
+    assert r["verdict"] == "pays" and "keeps it" in message(r, "fallback", "svc")
+    assert judge(p, p, SPEC, PLAIN, min_ratio=1.6)["verdict"] == "loses"
+
+
+def test_one_after_the_other_judges_two_runs() -> None:
+    spec = probe({SPEC: [10.0, 10.0]})
+    plain = probe({PLAIN: [12.5, 12.5]})
+    r = judge(spec, plain, SPEC, PLAIN, mode=ONE_AFTER_THE_OTHER)
+    assert r["ratio"] == pytest.approx(0.8) and r["mode"] == ONE_AFTER_THE_OTHER
+
+
+def test_probes_without_common_answers_are_an_error() -> None:
+    with pytest.raises(SpeedGateError, match="no prompt answered by both"):
+        judge(probe({SPEC: [10.0]}), probe({PLAIN: []}), SPEC, PLAIN)
+    bad = probe({SPEC: [float("nan"), 0.0], PLAIN: [10.0, 10.0]})
+    with pytest.raises(SpeedGateError):
+        judge(bad, bad, SPEC, PLAIN)
+
+
+def test_break_even_from_the_measured_round_cost() -> None:
+    # 128 tokens, 96 accepted of 128 drafted with n_max 4: 32 rounds, 4 tokens per round. At 0.5× of plain a
+    # round costs 8 plain steps: it would need 7 tokens a round, i.e. 7/4 accepted per drafted token: impossible.
+    assert break_even(128, 128, 96, 0.5, 4) == pytest.approx(1.75)
+    # the same round at 2× costs 2 steps: one accepted of four drafted breaks even
+    assert break_even(128, 128, 96, 2.0, 4) == pytest.approx(0.25)
+    assert break_even(128, 0, 0, 1.0, 4) is None and break_even(128, 10, 5, 1.0, None) is None
+
+
+def test_side_by_side_only_with_room_for_a_plain_server_beside() -> None:
+    fit = {"needed_mib": 2000, "margin_mib": 512, "available_mib": 6000, "breakdown": [
+        {"component": "target weights", "mib": 1000}, {"component": "target KV cache", "mib": 100},
+        {"component": "target compute", "mib": 70}, {"component": "draft weights", "mib": 500},
+        {"component": "runtime overhead", "mib": 128}, {"component": "prompt cache", "mib": 1024}]}
+    assert mode_from_fit(fit) == SIDE_BY_SIDE  # 2000 + 512 + 2322 <= 6000
+    assert mode_from_fit({**fit, "available_mib": 4000}) == ONE_AFTER_THE_OTHER
+    assert mode_from_fit(None) == ONE_AFTER_THE_OTHER and mode_from_fit({"error": "x"}) == ONE_AFTER_THE_OTHER
+
+
+def record(**kw: object) -> dict:
+    base = {"plain_tps": 15.0, "speculative_tps": 9.0, "ratio": 0.6, "break_even_acceptance": 1.3,
+            "verdict": "loses", "action": "fallback", "serving": "plain", "spec_type": "draft-simple",
+            "mode": "side by side", "measured_at": "2026-11-23T14:00:00Z", "build_id": "x"}
+    return {**base, **kw}
+
+
+def test_exporter_reads_a_record_and_refuses_a_bad_one() -> None:
+    g = parse(record())
+    assert g is not None and g.numbers["plain_tps"] == 15.0 and g.labels["serving"] == "plain"
+    for bad in (record(plain_tps=float("nan")), record(plain_tps=-1), record(ratio="fast"), record(verdict="?"),
+                record(speculative_tps=None), [], "x", None):
+        assert parse(bad) is None, bad
+
+
+def test_exporter_file_follows_changes_and_drops_a_broken_file(tmp_path: Path) -> None:
+    path = tmp_path / "speed-gate.json"
+    f = SpeedGateFile(str(path))
+    assert f.read() is None
+    path.write_text(json.dumps(record()))
+    assert f.read().numbers["ratio"] == 0.6  # type: ignore[union-attr]
+    path.write_text(json.dumps(record(ratio=1.2, verdict="pays")))
+    os.utime(path, (1, 1))  # a new mtime even within the same second
+    assert f.read().numbers["ratio"] == 1.2  # type: ignore[union-attr]
+    path.write_text("{not json")
+    os.utime(path, (2, 2))
+    assert f.read() is None
+    path.unlink()
+    assert f.read() is None
+    assert SpeedGateFile(None).read() is None
