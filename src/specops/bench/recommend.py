@@ -9,8 +9,8 @@ Rules:
 
 An arm *wins* a workload only when its whole 95% interval against baseline lies above 1.0 and its gain is
 larger than the A/A check's half-width there: a point estimate above 1 inside the noise is not a win. Among
-winners the highest estimate is picked; no winner → ``baseline``: the bench never recommends a loser. For the whole mix (the one setting to deploy) an arm
-must win the mix **and** be slower on no workload.
+winners the highest estimate is picked; no winner → ``baseline``: the bench never recommends a loser. For
+the whole mix (the one setting to deploy) an arm must win the mix **and** be slower on no workload.
 
 **The A/A gate.** The second baseline server measures the baseline against itself. When its interval on
 a workload excludes 1.0, or is wider than the effect a recommendation claims, the run cannot tell what it
