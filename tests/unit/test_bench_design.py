@@ -182,3 +182,36 @@ def test_identity_reference_runs_as_long_as_its_arm() -> None:
         assert d.status["exact-n2"][wl].stopped == "slower"
         assert d.status["exact-baseline"][wl].stopped == "reference no longer needed"
         assert d.n_tasks("exact-baseline", wl) == d.n_tasks("exact-n2", wl) == 4
+
+
+def test_the_interval_is_for_the_task_set_and_closes_as_its_tasks_run_out() -> None:
+    """Two kinds of task (1.4× and 0.8×): after half the tasks the interval is wide; with every task in, only
+    measurement noise is left (tiny here), so even a split workload gets a conclusion."""
+    tasks = {"w": [f"t{i}" for i in range(10)]}
+    d = Design(["mixed"], tasks, min_tasks=None)
+    while (b := d.next_block(0)) is not None:
+        f = 1.4 if int(b.task[1:]) % 2 else 0.8
+        d.add(b, {BASELINE: 10.0, AA: 10.0 * (1 + 0.005 * (-1) ** b.index), "mixed": 10.0 * f})
+        if b.index == 4:
+            half = d.interval("mixed", "w")
+    full = d.interval("mixed", "w")
+    assert half is not None and full is not None and full.has_ci
+    assert rel_half_width(full) < 0.05 < rel_half_width(half)
+    assert full.estimate == pytest.approx(math.sqrt(1.4 * 0.8), rel=0.01)
+    plain = Design(["mixed"], tasks, min_tasks=None, fpc=False)
+    plain.ratios = d.ratios
+    assert rel_half_width(plain.interval("mixed", "w")) > 0.2  # type: ignore[arg-type]
+
+
+def test_aa_check_settles_and_then_leaves_the_blocks() -> None:
+    d = Design(["x"], {"w": [f"t{i}" for i in range(12)]}, min_tasks=4, half_width=0.05, aa_precision=0.025)
+    swing = [1.3, 0.8, 1.25, 0.85, 1.2, 0.9, 1.15, 0.95, 1.1, 1.0, 1.05, 1.0]  # an arm that takes long to settle
+    seen = []
+    while (b := d.next_block(0)) is not None:
+        seen.append(AA in b.arms)
+        d.add(b, {a: 10.0 * (1 + 0.003 * math.sin(b.index + i)) for i, a in enumerate(b.arms)}
+              | {"x": 10.0 * swing[b.index]})
+    assert seen[:4] == [True] * 4 and len(seen) > 5 and not any(seen[4:]), seen
+    assert d.aa_pooled() is not None and rel_half_width(d.aa_pooled()) <= 0.025  # type: ignore[arg-type]
+    never = Design(["x"], {"w": ["a", "b", "c", "d", "e"]}, min_tasks=None)
+    assert all(AA in b.arms for b in drive(never, {"x": 12.0}))

@@ -45,6 +45,7 @@ def setup(fake_bin: Path, tmp_path: Path, arms: list[Arm], per_workload: int = 5
     tmp_path.mkdir(parents=True, exist_ok=True)
     target = write_gguf(tmp_path / "t.gguf")
     tasks = load_tasks(limit_per_workload=per_workload)
+    cfg_kw = {"interleave": "requests", **cfg_kw}  # the stand-in's own rates: exact (the sliced test times them)
     cfg = BenchConfig(target=target, draft=target, server_binary=fake_bin, caps=parse_help(HELP.read_text()),
                       tasks=tasks, max_tokens=8, start_timeout=30, **cfg_kw)  # type: ignore[arg-type]
     by_wl = {w: [t.id for t in tasks if t.workload == w] for w in workloads_of(tasks)}
@@ -81,13 +82,31 @@ def test_paired_blocks_stop_losers_and_settle_winners(fake_bin: Path, tmp_path: 
     for wl in design.workloads:
         assert design.status["ngram-mod"][wl].stopped == "slower" and design.n_tasks("ngram-mod", wl) == 3
         assert design.status["ngram-simple"][wl].stopped == "faster"
-        assert design.interval("ngram-simple", wl).estimate == pytest.approx(1.5, rel=0.05)  # type: ignore[union-attr]
-        assert design.interval(AA, wl).estimate == pytest.approx(1.0, abs=0.05)  # type: ignore[union-attr]
+        assert design.interval("ngram-simple", wl).estimate == pytest.approx(1.5, rel=0.01)  # type: ignore[union-attr]
+        assert design.interval(AA, wl).estimate == pytest.approx(1.0, abs=0.01)  # type: ignore[union-attr]
     servers = list(store.read("servers.jsonl"))
     assert {s["arm"] for s in servers} == set(arms)
     assert all(s["argv"][0] == str(fake_bin) for s in servers)
     assert {s["speculative"] for s in servers if s["arm"] == "ngram-simple"} == {True}
     assert {s["speculative"] for s in servers if s["arm"] == BASELINE} == {False}
+
+
+def test_sliced_blocks_time_every_server_over_its_own_running_time(fake_bin: Path, tmp_path: Path) -> None:
+    """All requests of a block at once, one server computing at a time: each rate is counted over the time that
+    server ran (the stand-in computes in CPU time, so it makes no progress while paused, like llama-server)."""
+    cfg, arms, design, store = setup(fake_bin, tmp_path, [arm("ngram-simple", FAKE_TPS="75"),
+                                                          arm("ngram-mod", FAKE_TPS="25")],
+                                     interleave="slices", slice_s=0.05)
+    run(cfg, arms, design, store, Progress(quiet=True))
+    bl = blocks(store)
+    for b in bl:
+        for r in b["results"].values():
+            assert r["slices"] >= 1 and r["running_s"] > 0
+            assert r["server_decode_tps"] > 0 and "decode_tps" in r
+    fast = [b["results"]["ngram-simple"]["decode_tps"] for b in bl if "ngram-simple" in b["results"]]
+    slow = [b["results"]["ngram-mod"]["decode_tps"] for b in bl if "ngram-mod" in b["results"]]
+    assert 1.8 < (sum(fast) / len(fast)) / (sum(slow) / len(slow)) < 4.5  # 75 vs 25 tok/s through the timing noise
+    assert any(r["slices"] > 1 for b in bl for r in b["results"].values()), "50 ms slices must split requests"
 
 
 def test_speculation_must_really_be_on(fake_bin: Path, tmp_path: Path) -> None:
@@ -141,7 +160,7 @@ def test_fewer_servers_than_arms_take_turns(fake_bin: Path, tmp_path: Path) -> N
                                                           arm("ngram-mod", FAKE_TPS="75")], capacity=3)
     run(cfg, arms, design, store, Progress(quiet=True))
     bl = blocks(store)
-    assert all(len(b["arms"]) == 3 for b in bl)
+    assert all(len(b["arms"]) <= 3 for b in bl), "baseline, A/A and one arm: never more than memory holds"
     assert {st.stopped for st in design.status["ngram-simple"].values()} == {"slower"}
     assert {st.stopped for st in design.status["ngram-mod"].values()} == {"faster"}
     first_mod = next(i for i, b in enumerate(bl) if "ngram-mod" in b["arms"])
@@ -152,7 +171,7 @@ def _cli(fake_bin: Path, tmp_path: Path, *extra: str) -> int:
     write_gguf(tmp_path / "t.gguf")
     return main(["bench", "--llama-prefix", str(fake_bin.parent.parent), "--target", str(tmp_path / "t.gguf"),
                  "--draft", str(tmp_path / "t.gguf"), "--limit-per-workload", "5", "--max-tokens", "8",
-                 "--no-ceiling", "--min-tasks", "3", "--work-dir", str(tmp_path / "work"),
+                 "--no-ceiling", "--min-tasks", "3", "--interleave", "requests", "--work-dir", str(tmp_path / "work"),
                  "--report", str(tmp_path / "report.md"), "--assets", str(tmp_path / "assets"),
                  "--vars-file", str(tmp_path / "vars.yml"), "--quiet", *extra])
 

@@ -224,9 +224,16 @@ def measure(
     threads: int | None = None,
     progress: Callable[[str], None] = print,
     ks: Sequence[int] = KS,
+    ks_for: Mapping[str, int] | None = None,
+    draft_k_max: int = max(DRAFT_KS),
 ) -> dict[str, Any]:
-    """Run llama-bench for the target under each numerics setting and for each draft model."""
-    ks = tuple(ks)
+    """Run llama-bench for the target under each numerics setting and for each draft model.
+
+    ``ks_for``: the largest batch each numerics setting needs (its arms' longest draft + 1); larger k are
+    skipped there (every k costs a refill of the context to ``depth``). The draft's step cost is bracketed:
+    the target's single step is timed again right after the drafts, and r uses the mean of both, so a machine
+    drifting between the runs does not skew it."""
+    ks = tuple(sorted(set(ks)))
     out: dict[str, Any] = {
         "depth": depth,
         "reps": reps,
@@ -237,21 +244,28 @@ def measure(
         "argv": {},
     }
     for num in numerics:
-        argv = llama_bench_argv(bench_bin, target, ks, depth, reps, threads, num)
-        progress(f"ceiling: llama-bench target, numerics {num.name} (k=1..{ks[-1]}, depth {depth})")
+        limit = (ks_for or {}).get(num.name, ks[-1])
+        nks = tuple(k for k in ks if k <= limit) or (1, 2)
+        argv = llama_bench_argv(bench_bin, target, nks, depth, reps, threads, num)
+        progress(f"ceiling: llama-bench target, numerics {num.name} (k={','.join(map(str, nks))}, depth {depth})")
         times = batch_times(run_llama_bench(argv, dict(num.env)))
         out["target"][num.name] = {"batch_s": times, "relative": relative_cost(times)}
         out["argv"][f"target:{num.name}"] = argv
     default = Numerics("default")
-    dks = tuple(k for k in ks if k <= max(DRAFT_KS)) or (1,)
+    dks = tuple(k for k in ks if k <= draft_k_max) or (1,)
     out["draft"] = {}
     for name, path in drafts.items():
         argv = llama_bench_argv(bench_bin, path, dks, depth, reps, threads, default)
-        progress(f"ceiling: llama-bench draft {name} (k=1..{dks[-1]}, depth {depth})")
+        progress(f"ceiling: llama-bench draft {name} (k={','.join(map(str, dks))}, depth {depth})")
         times = batch_times(run_llama_bench(argv))
         out["draft_step_s"][name] = times[1]
         out["draft"][name] = {"batch_s": times, "relative": relative_cost(times)}
         out["argv"][f"draft:{name}"] = argv
+    if drafts and "default" in out["target"]:
+        argv = llama_bench_argv(bench_bin, target, (1,), depth, reps, threads, default)
+        progress("ceiling: llama-bench target again (one step, brackets the draft's)")
+        again = batch_times(run_llama_bench(argv))[1]
+        out["target_step_after_drafts_s"] = again
     return out
 
 
@@ -263,7 +277,11 @@ def draft_cost_ratio(ceiling: Mapping[str, Any], draft: str | None, numerics: st
     tgt = ceiling.get("target", {}).get(numerics) or ceiling.get("target", {}).get("default")
     if step is None or not tgt:
         return float("nan")
-    return float(step) / float(_as_int_keys(tgt["batch_s"])[1])
+    t1 = float(_as_int_keys(tgt["batch_s"])[1])
+    again = ceiling.get("target_step_after_drafts_s")  # timed with the default numerics, right after the drafts
+    if again and tgt is ceiling.get("target", {}).get("default"):
+        t1 = (t1 + float(again)) / 2
+    return float(step) / t1
 
 
 def _as_int_keys(d: Mapping[Any, float]) -> dict[int, float]:

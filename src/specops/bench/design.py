@@ -95,6 +95,8 @@ class Design:
         seed: int = 42,
         aa: bool = True,
         references: Mapping[str, Sequence[str]] | None = None,
+        fpc: bool = True,
+        aa_precision: float | None = 0.025,
     ) -> None:
         if reps < 1:
             raise ValueError("reps must be >= 1")
@@ -107,6 +109,8 @@ class Design:
         self.seed = seed
         self.aa = aa
         self.references = {r: list(d) for r, d in (references or {}).items() if r in arms}
+        self.fpc = fpc
+        self.aa_precision = aa_precision
         self.status = {a: {w: Status() for w in self.workloads} for a in self.arms}
         # per (arm, workload, task): block ratios; baselines' A/A ratios under AA
         self.ratios: dict[str, dict[str, dict[str, list[float]]]] = {}
@@ -165,9 +169,38 @@ class Design:
                 out[task] = math.exp(sum(math.log(r) for r in rs) / len(rs))
         return out
 
+    def measurement_var(self) -> float:
+        """Variance of one block's log ratio from measurement alone, from the A/A pairs (pooled): the A/A
+        ratio is measurement noise and nothing else, and it is at least as noisy as an arm's ratio."""
+        logs = [math.log(r) for tasks in self.ratios.get(AA, {}).values() for rs in tasks.values() for r in rs]
+        if len(logs) < 2:
+            return 0.0
+        m = sum(logs) / len(logs)
+        return sum((x - m) ** 2 for x in logs) / (len(logs) - 1)
+
     def interval(self, arm: str, wl: str) -> Interval | None:
+        """95% interval of the arm's speedup over the workload's task set.
+
+        The task set is a fixed, finite benchmark and its tasks are drawn without replacement in a random
+        order: the spread between tasks counts with the finite-population correction (1 - n/N), measurement
+        noise (from the A/A pairs) in full. With every task in, only measurement noise is left. The A/A check
+        itself is pure measurement noise: a plain t-interval."""
         ratios = self.task_ratios(arm, wl)
-        return geomean_ratio_ci(list(ratios.values())) if ratios else None
+        if not ratios:
+            return None
+        if arm == AA or not self.fpc:
+            return geomean_ratio_ci(list(ratios.values()))
+        logs = [math.log(r) for r in ratios.values()]
+        n, big_n = len(logs), max(len(self.tasks[wl]), len(logs))
+        m = sum(logs) / n
+        if n < 2:
+            return Interval(math.exp(m), None, None, n)
+        s2 = sum((x - m) ** 2 for x in logs) / (n - 1)
+        reps = [len(rs) for rs in self.ratios[arm][wl].values()]
+        meas = self.measurement_var() / (sum(reps) / len(reps))
+        var = max(s2 - meas, 0.0) * (1 - n / big_n) / n + min(meas, s2) / n
+        half = t975(n - 1) * math.sqrt(var)
+        return Interval(math.exp(m), math.exp(m - half), math.exp(m + half), n)
 
     def mix_interval(self, arm: str, workloads: Iterable[str] | None = None) -> Interval | None:
         """The whole mix: every workload weighs the same (a stratified estimate), so an arm that ran
@@ -266,7 +299,7 @@ class Design:
             arms = [a for a in arms if self.status[a][wl].done.get(rep, 0) == pos]
             self._rr = (self._rr + i + 1) % n
             task = self.order(wl, rep)[pos]
-            block_arms = (BASELINE, *((AA,) if self.aa else ()), *arms)
+            block_arms = (BASELINE, *((AA,) if self.aa and self.aa_needed(wl) else ()), *arms)
             return Block(self.blocks, rep, wl, task, block_arms)
         return None
 
@@ -278,6 +311,22 @@ class Design:
             for st in rows.values():
                 if st.stopped is None:
                     st.stopped = "exhausted"
+
+    def aa_needed(self, wl: str) -> bool:
+        """The A/A check runs in a workload's blocks until it has ``min_tasks`` of them there and, pooled over
+        the run, its interval is within ±``aa_precision``: after that it has shown what it is for (the design
+        cancels the machine's drift) and its requests go to the arms. Without early stopping it always runs."""
+        if self.min_tasks is None or self.aa_precision is None:
+            return True
+        if self.n_tasks(AA, wl) < self.min_tasks:
+            return True
+        pooled = self.aa_pooled()
+        return pooled is None or rel_half_width(pooled) > self.aa_precision
+
+    def aa_pooled(self) -> Interval | None:
+        """The A/A check over every block of the run (block ratios, not task means)."""
+        rs = [r for tasks in self.ratios.get(AA, {}).values() for rr in tasks.values() for r in rr]
+        return geomean_ratio_ci(rs) if rs else None
 
     def shuffled(self, block: Block) -> list[str]:
         """The order the block's servers answer in: shuffled per block, reproducible."""

@@ -368,16 +368,22 @@ def markdown(
          "tokens after the first ÷ the time it actually ran between its first and last token"
          if sliced else ", one request at a time in an order shuffled per block; decode rate = llama-server's "
          "`timings.predicted_per_second`")
-      + ". An arm's ratio in a block is its decode rate ÷ the geometric mean of the two baselines' in the same "
-      "block, so drift of the machine cancels. Per task the ratios are averaged over repetitions; the speedup is "
-      "their geometric mean over tasks with a Student-t 95% interval (tasks are the sample). The whole mix "
-      "weighs every workload the same.")
-    w(f"- **Sequential stopping**: after ≥ {dz.get('min_tasks')} tasks of a workload, an arm stops running it when "
-      f"its interval lies below 1.0 (slower) or its half-width is ≤ {float(dz.get('half_width', 0.05)):.0%} "
-      "(precise); workloads take turns; a budget stops the run before a block that would not fit. Intervals are "
-      "per-look 95% intervals (looking after every block makes them somewhat optimistic; the A/A check and the "
-      "exhaustive reference run are the guard). Conclusions: *faster* / *slower* (interval wholly above / below "
-      "1.0), *no gain* (around 1.0 within the half-width), else *inconclusive*.")
+      + ". An arm's ratio in a block is its decode rate ÷ the geometric mean of the baselines' in the same block "
+      "(both while the A/A check runs, the baseline's after it settled), so drift of the machine cancels. Per "
+      "task the ratios are averaged over repetitions; the speedup is their geometric mean over tasks with a "
+      "Student-t 95% interval. The interval is for this task set: its tasks are drawn without replacement in "
+      "a random order, so the spread between tasks counts with the finite-population correction (1 − n/N) and "
+      "the measurement noise (estimated from the A/A pairs) in full; with every task in, only measurement noise "
+      "is left. For your own traffic, run the bench with your own tasks (`--tasks`). The whole mix weighs every "
+      "workload the same.")
+    w(f"- **Sequential stopping**: after ≥ {dz.get('min_tasks')} tasks of a workload, an arm stops running it as "
+      f"soon as its interval settles the question: wholly below 1.0 (slower), wholly above 1.0 (faster), wholly "
+      f"below {1 + float(dz.get('half_width', 0.05)):.2f} (no gain worth deploying), or a half-width within "
+      f"±{float(dz.get('half_width', 0.05)):.0%} (precise); workloads take turns; the A/A check stops once it has "
+      f"{dz.get('min_tasks')} blocks in a workload and its pooled interval is within ±"
+      f"{float(dz.get('aa_precision') or 0):.1%}; a budget stops the run before a block that would not fit. "
+      "Intervals are per-look 95% intervals (looking after every block makes them somewhat optimistic; the A/A "
+      "check and the exhaustive reference run are the guard).")
     w(f"- {plan.get('reps')} repetition(s); servers restart between repetitions (fresh n-gram pools). Acceptance = "
       "accepted/drafted tokens and mean acceptance length = 1 + accepted/drafts, from the `/metrics` counters read "
       "after every request.\n")

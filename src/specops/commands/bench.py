@@ -105,6 +105,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--half-width", type=float, default=0.05,
                    help="an arm stops when its interval is within ±this of its estimate, or wholly below 1 + this "
                    "(no gain worth deploying); also when wholly above or below 1.0 (default 0.05)")
+    g.add_argument("--aa-precision", type=float, default=0.025,
+                   help="the A/A check stops once it has --min-tasks blocks in a workload and its pooled interval is "
+                   "within ±this (default 0.025); it always runs with --exhaustive")
     g.add_argument("--exhaustive", action="store_true",
                    help="the reference run: every arm (no ceiling pruning), every task, no early stopping, "
                    "3 repetitions unless --reps")
@@ -197,11 +200,18 @@ def _measure_ceiling(args: argparse.Namespace, prefix: Path, arms: list[Arm], dr
                       "measured, so no arm was pruned")
     if 1 not in args.ceiling_k:
         raise BenchError("--ceiling-k must include 1 (one decode step is the unit)")
-    nums = {ceil.Numerics.of_profile(a.profile, a.env).name: ceil.Numerics.of_profile(a.profile, a.env)
-            for a in arms}
+    nums: dict[str, ceil.Numerics] = {}
+    need: dict[str, int] = {}  # the largest verified batch each numerics setting's arms can use
+    for a in arms:
+        num = ceil.Numerics.of_profile(a.profile, a.env)
+        nums[num.name] = num
+        k = ceil.arm_n_max(a.profile) + 1 if a.speculative else 2
+        need[num.name] = max(need.get(num.name, 2), k)
+    draft_k = max([ceil.arm_n_max(a.profile) + 1 for a in arms if a.draft is not None] or [2])
     try:
         data = ceil.measure(bench_bin, Path(args.target), list(nums.values()), drafts, args.ceiling_depth,
-                            args.ceiling_reps, args.threads, progress.note, ks=sorted(set(args.ceiling_k)))
+                            args.ceiling_reps, args.threads, progress.note, ks=sorted(set(args.ceiling_k)),
+                            ks_for=need, draft_k_max=draft_k)
     except ceil.CeilingError as exc:
         return None, f"hardware ceiling not measured: {str(exc).splitlines()[0]}"
     return data, ""
@@ -364,7 +374,7 @@ def run(args: argparse.Namespace) -> int:
     design_def = {
         "arms": spec_arms, "tasks": by_wl, "min_tasks": None if args.exhaustive else args.min_tasks,
         "half_width": args.half_width, "references": refs, "exhaustive": args.exhaustive,
-        "run_anyway": run_anyway,
+        "run_anyway": run_anyway, "fpc": True, "aa_precision": args.aa_precision,
     }
     counts = {w: len(ids) for w, ids in by_wl.items()}
     plan: dict[str, Any] = {
@@ -398,7 +408,7 @@ def run(args: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     design = Design(spec_arms, by_wl, reps=reps, min_tasks=design_def["min_tasks"], half_width=args.half_width,
-                    seed=args.seed, references=refs)
+                    seed=args.seed, references=refs, aa_precision=args.aa_precision)
     total = sum(counts.values())
     progress.note(
         f"bench: {len(spec_arms)} arm(s) + baseline + A/A × {total} tasks × {reps} rep(s), max {args.max_tokens} "
