@@ -24,7 +24,8 @@ TASKS = [
     for i in range(3)
 ] + [
     {"id": f"t-edit-{i}", "workload": "edit",
-     "messages": [{"role": "user", "content": "Repeat this list exactly: " + ", ".join(f"item{j + i}" for j in range(12))}]}
+     "messages": [{"role": "user",
+                   "content": "Repeat this list exactly: " + ", ".join(f"item{j + i}" for j in range(12))}]}
     for i in range(3)
 ]
 

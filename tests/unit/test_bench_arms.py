@@ -49,18 +49,18 @@ def test_select_adds_both_baselines_and_references() -> None:
 
 
 def test_standard_arms_are_the_draft_lengths_the_service_default_and_the_ngram_types() -> None:
-    assert standard_arm_names() == ["draft-n2", "draft-n4", "draft-n8", "exact-n2", "ngram-simple", "ngram-mod"]
+    assert standard_arm_names() == ["draft-n4", "exact-n2", "ngram-simple", "ngram-mod"]
     more = standard_arm_names(p_min=(0.8,), quants=("Q4_0",), exact_nr_n_max=(3,), ngram_short=("ngram-mod-n8",))
     assert {"draft-n8-p0.8", "draft-q4_0-n4", "exact-nr-n3", "ngram-mod-n8"} <= set(more)
 
 
 def test_every_standard_arm_renders_on_the_real_help() -> None:
     caps = parse_help(FIXTURE.read_text())
-    extra = ["draft-n16", "draft-plain", "spec-default", "seeds", "ngram-cache", "draft-q4_0-n4", "exact-nr-n8",
-             "ngram-mod-n8", "ngram-simple-m8", "ngram-map-k"]
+    extra = ["draft-n2", "draft-n8", "draft-n16", "draft-plain", "spec-default", "seeds", "ngram-cache",
+             "draft-q4_0-n4", "exact-nr-n8", "ngram-mod-n8", "ngram-simple-m8", "ngram-map-k"]
     arms = select_arms(standard_arm_names() + extra)
     names = [a.name for a in arms]
-    for required in ("baseline", "baseline-again", "draft-n2", "draft-n4", "draft-n8", "exact-baseline", "exact-n2",
+    for required in ("baseline", "baseline-again", "draft-n4", "exact-baseline", "exact-n2",
                      "ngram-simple", "ngram-mod", "exact-nr-baseline", *extra):
         assert required in names
     cfg = BenchConfig(

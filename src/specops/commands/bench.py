@@ -88,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("arms")
     g.add_argument("--arms", default="standard", help="comma list of arm names, or 'standard' (see --list-arms)")
     g.add_argument("--list-arms", action="store_true", help="print the arms that would run and exit")
-    g.add_argument("--draft-n-max", type=_ints, default=(2, 4, 8), help="draft lengths of draft-n<K> arms")
+    g.add_argument("--draft-n-max", type=_ints, default=(4,), help="draft lengths of draft-n<K> arms (e.g. 2,4,8)")
     g.add_argument("--exact-n-max", type=_ints, default=(2,),
                    help="exact-profile arms (-fa on -ctv q8_0, the service default numerics)")
     g.add_argument("--ngram", type=_strs, default=("ngram-simple", "ngram-mod"),
