@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specops.exporter.app import Exporter
 from specops.exporter.config import ExporterConfig
+from specops.exporter.logfollow import FileFollower
 from specops.exporter.state import Scraper
 from specops.server import free_port
 
@@ -296,3 +297,31 @@ def test_exposition_passes_promtool_check_metrics(fault_server):
         assert name.encode() in text
     proc = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, check=False)
     assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
+
+
+class SlowStartFollower(FileFollower):
+    """A follower whose thread gets the CPU late, as on a loaded machine (the race the suite once lost)."""
+
+    def follow(self) -> None:
+        if not getattr(self, "_slept", False):
+            self._slept = True
+            time.sleep(0.5)
+        super().follow()
+
+
+def test_file_follower_reads_lines_written_right_after_start(tmp_path):
+    path = tmp_path / "server.log"
+    path.write_text("old line, before start\n")
+    seen: list[str] = []
+    stop = threading.Event()
+    follower = SlowStartFollower(path, seen.append, stop, poll=0.05)
+    follower.start()
+    with path.open("a") as fh:  # before the thread has even opened the file
+        fh.write("first after start\nsecond after start\n")
+    try:
+        deadline = time.monotonic() + 10
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert seen == ["first after start", "second after start"]
+    finally:
+        stop.set()

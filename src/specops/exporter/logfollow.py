@@ -63,17 +63,36 @@ class LogFollower:
 
 
 class JournalFollower(LogFollower):
+    """``journalctl -f`` from the position the journal had when :meth:`start` returned: a line logged right after
+    start is never lost to the time the thread and journalctl take to come up (it would be, with ``-n 0``)."""
+
     def __init__(self, unit: str, sink: Callable[[str], object], stop: threading.Event,
                  journalctl: str = "journalctl") -> None:
         super().__init__(sink, stop)
         self.unit = unit
+        self.journalctl = journalctl
+        self.cursor: str | None = None
         self.argv = [journalctl, "-u", unit, "-o", "cat", "-f", "-n", "0", "--no-pager"]
 
     def describe(self) -> str:
         return f"journal:{self.unit}"
 
+    def start(self) -> None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run([self.journalctl, "-u", self.unit, "-n", "0", "--show-cursor", "-q", "--no-pager"],
+                                 capture_output=True, text=True, timeout=10, check=False).stdout
+            for line in out.splitlines():
+                if line.startswith("-- cursor: "):
+                    self.cursor = line.removeprefix("-- cursor: ").strip()
+        super().start()
+
+    def _argv(self) -> list[str]:
+        if not self.cursor:
+            return self.argv
+        return [self.journalctl, "-u", self.unit, "-o", "cat", "-f", f"--after-cursor={self.cursor}", "--no-pager"]
+
     def follow(self) -> None:
-        proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        proc = subprocess.Popen(self._argv(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 stdin=subprocess.DEVNULL)
         assert proc.stdout is not None
         stopper = threading.Thread(target=lambda: (self.stop.wait(), proc.terminate()), daemon=True)
@@ -90,15 +109,28 @@ class JournalFollower(LogFollower):
 
 
 class FileFollower(LogFollower):
+    """A tail of the file from where it ended when :meth:`start` returned (decided there, not in the thread:
+    lines written right after start are never skipped, however late the thread gets the CPU)."""
+
     def __init__(self, path: str | Path, sink: Callable[[str], object], stop: threading.Event,
                  poll: float = 0.5, from_start: bool = False) -> None:
         super().__init__(sink, stop)
         self.path = Path(path)
         self.poll = poll
         self.from_start = from_start
+        self._resume: tuple[int, int] | None = None  # (inode, offset) seen at start()
 
     def describe(self) -> str:
         return f"file:{self.path}"
+
+    def start(self) -> None:
+        if not self.from_start:
+            try:
+                st = os.stat(self.path)
+                self._resume = (st.st_ino, st.st_size)
+            except FileNotFoundError:
+                self.from_start = True  # the file appears later: read all of it
+        super().start()
 
     def follow(self) -> None:
         try:
@@ -108,8 +140,8 @@ class FileFollower(LogFollower):
             raise
         with fh:
             ino = os.fstat(fh.fileno()).st_ino
-            if not self.from_start:
-                fh.seek(0, os.SEEK_END)
+            if not self.from_start and self._resume is not None and self._resume[0] == ino:
+                fh.seek(self._resume[1])  # the file as it was at start(); a new file is read from its start
             self.from_start = True  # after a rotation, read the new file from its start
             pending = b""
             while not self.stop.is_set():
