@@ -60,9 +60,13 @@ PACKAGES = (
     "ca-certificates",
     "sudo",
     "procps",
+    # the watching half of the product: the exporter's DynamicUser must resolve for dbus (libnss-systemd), and
+    # Prometheus is the Debian package the monitoring role configures (the lab host has no package mirror)
+    "libnss-systemd",
+    "prometheus",
 )
 # Bump when the post-debootstrap recipe changes so cached tarballs are rebuilt.
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 
 # command -> Debian package providing it
 HOST_TOOLS = {
@@ -420,6 +424,9 @@ def prepare_rootfs(root: Path) -> None:
     link = wants / "ssh.service"
     if not link.is_symlink():
         link.symlink_to("/lib/systemd/system/ssh.service")
+    # Prometheus runs where the monitoring role puts it, not on every lab host: its package enables it at boot.
+    for unit in ("prometheus.service", "prometheus-node-exporter.service"):
+        (wants / unit).unlink(missing_ok=True)
     # No network management inside: the address is configured from outside, in the namespace.
     dropin = root / "etc" / "ssh" / "sshd_config.d"
     dropin.mkdir(parents=True, exist_ok=True)
@@ -585,6 +592,9 @@ class LabHost:
             "ansible_ssh_private_key_file": str(self.key),
             "ansible_ssh_common_args": common,
             "ansible_python_interpreter": "/usr/bin/python3",
+            # no package mirror in here: the exporter's libnss-systemd and Prometheus come with the rootfs
+            "exporter_install_packages": False,
+            "monitoring_install_packages": False,
         }
         lines = [
             f"# specops lab host {self.name}: written by scripts/labhost, regenerated on create",

@@ -73,10 +73,16 @@ def test_every_dashboard_panel_has_data(start_server, smollm, tmp_path, processe
     fake_smi.write_text(f"#!/bin/sh\necho '{server.pid}, GPU-00000000-0000-0000-0000-000000000000, 321'\n")
     fake_smi.chmod(0o755)
 
+    # the record a deploy's speed gate leaves on a host (measured for real in test_deploy.py)
+    gate = tmp_path / "speed-gate.json"
+    gate.write_text(json.dumps({"plain_tps": 40.0, "speculative_tps": 31.0, "ratio": 0.78, "min_ratio": 1.0,
+                                "break_even_acceptance": 1.2, "verdict": "loses", "action": "warn",
+                                "serving": "speculative", "spec_type": "draft-simple", "mode": "side by side",
+                                "measured_at": "2026-11-23T00:00:00Z", "build_id": "test"}))
     exporter_port = free_port()
     processes.start([sys.executable, "-m", "specops.cli", "exporter", "--server-url", server.base_url,
                      "--listen-port", str(exporter_port), "--interval", "1", "--nvidia-smi", str(fake_smi),
-                     "--gpu-interval", "1"], tmp_path / "exporter.log")
+                     "--gpu-interval", "1", "--speed-gate-file", str(gate)], tmp_path / "exporter.log")
     prom_port = free_port()
     prom = f"http://127.0.0.1:{prom_port}"
     processes.start(["prometheus", f"--config.file={prometheus_config(tmp_path, exporter_port)}",

@@ -248,3 +248,39 @@ def _fast_ngram(orig):
         out["ngram-mod"] = replace(out["ngram-mod"], env={"FAKE_TPS": "70", "FAKE_SPEC": "1"})
         return out
     return fixed
+
+
+def test_bad_input_gives_a_clear_message_and_a_valid_report(fake_bin: Path, prefix: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SPEC", "1")
+    # a host without llama-bench: the ceiling is not measured, nothing is pruned, the report says why
+    assert not (prefix / "bin" / "llama-bench").exists()
+    rc = main(["bench", "--llama-prefix", str(prefix), "--target", str(write_gguf(tmp_path / "t.gguf")),
+               "--limit-per-workload", "4", "--max-tokens", "8", "--min-tasks", "3", "--interleave", "requests",
+               "--arms", "ngram-simple", "--work-dir", str(tmp_path / "w1"), "--report", str(tmp_path / "r1.md"),
+               "--assets", str(tmp_path / "a1"), "--no-vars", "--quiet"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "llama-bench is missing" in err and "no arm was pruned" in err
+    assert "llama-bench is missing" in (tmp_path / "r1.md").read_text()
+
+    # a budget too small for any confident answer: the run says so and recommends baseline
+    rc = _cli(fake_bin, tmp_path, "--arms", "ngram-simple", "--budget", "0.01", "--work-dir", str(tmp_path / "w2"))
+    assert rc == 0
+    raw = json.loads((tmp_path / "assets" / "results.json").read_text())
+    assert raw["outcome"]["ended"] == "budget"
+    assert raw["recommendation"]["all"]["arm"] in ("baseline", None)
+    assert not raw["recommendation"]["all"]["confident"] or not raw["recommendation"]["all"]["valid"]
+    md = (tmp_path / "report.md").read_text()
+    assert "the run ended: budget" in md
+
+    # memory for two servers only: the paired design needs three
+    rc = _cli(fake_bin, tmp_path, "--arms", "ngram-simple", "--memory-mib", "1", "--work-dir", str(tmp_path / "w3"))
+    assert rc == 2 and "needs at least 3" in capsys.readouterr().err
+
+    # a task file with a broken line names the file and the line
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "messages": [{"role": "user", "content": "x"}]}\n{"id": "b", "messages": [\n')
+    assert _cli(fake_bin, tmp_path, "--tasks", str(bad)) == 2
+    assert f"{bad}:2: invalid JSON" in capsys.readouterr().err
