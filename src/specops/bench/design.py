@@ -116,6 +116,8 @@ class Design:
         self.ratios: dict[str, dict[str, dict[str, list[float]]]] = {}
         self.blocks = 0
         self._rr = 0
+        self._turns: dict[str, int] = {}  # blocks ordered so far per workload (position rotation)
+        self._turn_of: dict[int, int] = {}  # block index -> its turn
 
     # ---- feeding ----------------------------------------------------------------------------
     def add(self, block: Block, tps: Mapping[str, float | None]) -> None:
@@ -329,7 +331,16 @@ class Design:
         return geomean_ratio_ci(rs) if rs else None
 
     def shuffled(self, block: Block) -> list[str]:
-        """The order the block's servers answer in: shuffled per block, reproducible."""
-        arms = list(block.arms)
-        random.Random(f"{self.seed}:block:{block.index}").shuffle(arms)
-        return arms
+        """The order of the block's servers: positions balanced, not only random.
+
+        Measured here: the server that goes first in a block runs ~1-2% slower than its twin (A/A ratio 1.01-1.02
+        with the baseline first, 0.99 with the twin first). A random order makes that noise, but over the few
+        blocks of one workload it leaves a tight, biased A/A check. So each workload takes a random order of its
+        servers and rotates it by one position per block: over k blocks every server holds every position once."""
+        arms = sorted(block.arms)
+        random.Random(f"{self.seed}:order:{block.workload}:{','.join(arms)}").shuffle(arms)
+        if block.index not in self._turn_of:
+            self._turn_of[block.index] = self._turns.get(block.workload, 0)
+            self._turns[block.workload] = self._turn_of[block.index] + 1
+        k = self._turn_of[block.index] % len(arms)
+        return arms[k:] + arms[:k]

@@ -40,10 +40,11 @@ def load_results(store: ResultStore) -> tuple[dict[str, Any], Design, dict[str, 
     if plan is None:
         raise FileNotFoundError(f"{store.root} has no run.json: nothing to report")
     blocks = list(store.read("blocks.jsonl"))
-    if plan["design"]["arms"] and not any(b.get("type") != "fail" for b in blocks):
+    outcome = store.load_json("outcome.json")
+    if plan["design"]["arms"] and outcome is None and not any(b.get("type") != "fail" for b in blocks):
         raise FileNotFoundError(f"{store.root} has no finished blocks yet")
+    outcome = outcome or {}
     design = replay_design(blocks, design_of(plan))
-    outcome = store.load_json("outcome.json") or {}
     for arm, rows in (outcome.get("status") or {}).items():
         for wl, stopped in rows.items():
             if arm in design.status and wl in design.status[arm] and stopped:
