@@ -26,7 +26,7 @@ GRAFANA_VARS = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "15s"
 NO_DATA_HERE = {"GPU memory (nvidia-smi)": "no GPU (the local Prometheus test covers it with a stub nvidia-smi)"}
 MONITORING = ["-e", "specops_exporter_enabled=true", "-e", "specops_monitoring_enabled=true",
               "-e", "monitoring_scrape_interval=2s", "-e", "monitoring_scrape_timeout=2s",
-              "-e", "monitoring_evaluation_interval=2s", "-e", '{"monitoring_exporter_targets": ["127.0.0.1:9840"]}']
+              "-e", "monitoring_evaluation_interval=2s"]
 
 
 def deploy(labhost) -> lab.PlaybookRun:

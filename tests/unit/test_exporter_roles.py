@@ -50,7 +50,7 @@ def render(tmp_path: Path, extra_vars: dict) -> Path:
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": None}, "children": {"llama_servers": {
         "hosts": {"gpu1": None, "gpu2": {"ansible_host": "10.0.0.2", "exporter_listen_port": 9999},
-                  "gpu3": {"exporter_scrape_address": "gpu3.example:9840"}}}}}}))
+                  "gpu3": {"exporter_scrape_address": "gpu3.example:9840"}, "localhost": None}}}}}))
     proc = subprocess.run([str(exe), "-i", str(inventory), "-e", f"ansible_python_interpreter={sys.executable}",
                            str(book)], capture_output=True, text=True, cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -71,7 +71,8 @@ def test_thresholds_template_matches_the_tested_rule_file(rendered):
 def test_rendered_prometheus_config_is_valid(rendered):
     cfg = yaml.safe_load((rendered / "prometheus.yml").read_text())
     assert cfg["scrape_configs"][0]["static_configs"][0]["targets"] == [
-        "gpu1:9840", "10.0.0.2:9999", "gpu3.example:9840"]
+        "gpu1:9840", "10.0.0.2:9999", "gpu3.example:9840",
+        "127.0.0.1:9840"]  # Prometheus's own host: its exporter listens on loopback (the default)
     for name in ("specops-recording.yml", "specops-alerts.yml"):
         shutil.copy(REPO / "configs/prometheus/rules" / name, rendered / "rules" / name)
     proc = subprocess.run(["promtool", "check", "config", str(rendered / "prometheus.yml")], capture_output=True,

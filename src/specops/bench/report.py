@@ -227,11 +227,11 @@ def markdown(
             w(f"| {wl} | {arm} | {_sp(pk.speedup)} | {pk.gate.reason} | {conf} | {pk.reason} |")
     w("")
     if reference:
-        w("## Agreement with the exhaustive reference run\n")
+        w("## Agreement with the reference run\n")
         w(f"Reference: {reference.get('report')} — {reference.get('what')}; wall time "
           f"**{fmt_s(float(reference.get('elapsed_s', 0)))}** against **{fmt_s(float(outcome.get('elapsed_s', 0)))}** "
           "for this run.\n")
-        w("| workload | this run | exhaustive reference | same? |")
+        w("| workload | this run | reference run | same? |")
         w("| --- | --- | --- | --- |")
         for wl in [*workloads, ALL]:
             mine = picks[wl].arm if picks[wl].valid else "nothing"

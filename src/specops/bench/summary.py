@@ -99,7 +99,10 @@ def build(
     images = report.plots(results, design.arms, workloads, ceiling, arm_ceilings, assets_dir)
     deploy = picks[ALL]
     what = ("exhaustive: every arm, every task, {} repetitions, no stopping".format(plan.get("reps"))
-            if plan["design"].get("exhaustive") else "sequential, ceiling-pruned")
+            if plan["design"].get("exhaustive") else
+            "sequential, ceiling-pruned, budget {}, {} blocks, ended: {}".format(
+                f"{plan['budget_s'] / 60:.0f} min" if plan.get("budget_s") else "none",
+                outcome.get("blocks", "?"), outcome.get("ended", "?")))
     raw = {
         "report": str(report_path),
         "what": what,
