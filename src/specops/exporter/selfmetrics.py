@@ -5,6 +5,8 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("specops.exporter")
@@ -48,7 +50,8 @@ class Histogram:
 class SelfMetrics:
     """Thread-safe counters and histograms; ``condition()`` logs only when an endpoint's state changes."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self._lock = threading.Lock()
         self.errors: dict[tuple[str, str], int] = {
             (e, k): 0 for e, kinds in ERROR_KINDS.items() for k in kinds}

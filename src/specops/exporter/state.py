@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specops.exporter.clocks import Clocks
 from specops.exporter.config import ExporterConfig
 from specops.exporter.fetch import BoundedFetcher, FetchError
 from specops.exporter.gpu import GpuError, GpuProcessMemory, find_nvidia_smi, query_compute_apps
@@ -108,13 +109,15 @@ class Scraper:
     """Owns every contact with llama-server. ``scrape_once()`` is called by one thread only."""
 
     def __init__(self, cfg: ExporterConfig, log_acceptance: LogAcceptance | None = None,
-                 pid_source: PidSource | None = None, fetcher: BoundedFetcher | None = None) -> None:
+                 pid_source: PidSource | None = None, fetcher: BoundedFetcher | None = None,
+                 clocks: Clocks | None = None) -> None:
         self.cfg = cfg
+        self.clocks = clocks or Clocks()
         self.fetcher = fetcher or BoundedFetcher(cfg.server_url, cfg.timeout, cfg.max_body_bytes, cfg.api_key)
         self.pid_source = pid_source if pid_source is not None else make_pid_source(cfg)
         self.log_acceptance = log_acceptance
         self.nvidia_smi = find_nvidia_smi(cfg.nvidia_smi)
-        self.selfm = SelfMetrics()
+        self.selfm = SelfMetrics(self.clocks.monotonic)
         self.window = CounterWindow(cfg.window)
         self._snapshot = Snapshot()
         self._snap_lock = threading.Lock()
@@ -140,12 +143,12 @@ class Scraper:
 
     # ---- one endpoint at a time --------------------------------------------------------------
     def _get(self, endpoint: str, path: str, accept_status: tuple[int, ...] = ()) -> Any:
-        t0 = time.perf_counter()
+        t0 = self.clocks.perf()
         try:
             resp = self.fetcher.get(path, accept_status)
             return resp
         finally:
-            self.selfm.observe(endpoint, time.perf_counter() - t0)
+            self.selfm.observe(endpoint, self.clocks.perf() - t0)
 
     def _health(self) -> bool:
         try:
@@ -214,7 +217,7 @@ class Scraper:
     def _process(self) -> tuple[PidInfo | None, ProcessStats | None]:
         if self.pid_source is None:
             return None, None
-        t0 = time.perf_counter()
+        t0 = self.clocks.perf()
         try:
             info = self.pid_source.find()
             systemd_error = getattr(self.pid_source, "last_error", None)
@@ -233,7 +236,7 @@ class Scraper:
             self.pid_source.forget()
             return None, None
         finally:
-            self.selfm.observe("process", time.perf_counter() - t0)
+            self.selfm.observe("process", self.clocks.perf() - t0)
 
     def _maybe_build_info(self, stats: ProcessStats | None) -> None:
         identity = (stats.pid, stats.start_time) if stats else None
@@ -257,7 +260,7 @@ class Scraper:
         if self.nvidia_smi is None or now < self._gpu_due:
             return
         self._gpu_due = now + self.cfg.gpu_interval
-        t0 = time.perf_counter()
+        t0 = self.clocks.perf()
         try:
             self._gpu = tuple(query_compute_apps(self.nvidia_smi, timeout=max(self.cfg.timeout, 5.0)))
             self.selfm.ok("gpu")
@@ -265,11 +268,11 @@ class Scraper:
             self.selfm.error("gpu", "error", str(exc))
             self._gpu = None
         finally:
-            self.selfm.observe("gpu", time.perf_counter() - t0)
+            self.selfm.observe("gpu", self.clocks.perf() - t0)
 
     # ---- the pass ----------------------------------------------------------------------------
     def scrape_once(self) -> Snapshot:
-        now = time.monotonic()
+        now = self.clocks.monotonic()
         pid_info, stats = self._process()
         restarted = False
         if stats is not None:
@@ -311,7 +314,7 @@ class Scraper:
             spec_source = "none"
         gpu = tuple(g for g in self._gpu if stats and g.pid == stats.pid) if self._gpu is not None else None
         snap = Snapshot(
-            time=time.time(), up=up, healthy=healthy, metrics=metrics if up else None, slots=slots,
+            time=self.clocks.wall(), up=up, healthy=healthy, metrics=metrics if up else None, slots=slots,
             props=self._props, launch=self._launch, backend=self._build[0], install_commit=self._build[1],
             pid_info=pid_info, process=stats, restarts=self._restarts, gpu=gpu, log=log_counters,
             spec_source=spec_source,
