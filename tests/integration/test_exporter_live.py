@@ -148,7 +148,7 @@ def test_cli_once_and_sigterm(start_server, smollm):
     assert check.returncode == 0, check.stdout + check.stderr
 
     port = free_port()
-    proc = subprocess.Popen([*cli, "--listen-port", str(port), "--interval", "0.5"], stderr=subprocess.PIPE,
+    proc = subprocess.Popen([*cli, "--listen-port", str(port), "--interval", "1"], stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         def serving() -> bool:

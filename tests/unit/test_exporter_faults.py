@@ -53,7 +53,7 @@ class FaultServer:
     """A threaded HTTP server on 127.0.0.1 whose replies are set per path by the test."""
 
     def __init__(self) -> None:
-        self.routes = default_routes()
+        self.routes: dict[str, Reply | Callable[[], Reply]] = dict(default_routes())
         self.hits: dict[str, int] = {}
         outer = self
 
@@ -65,7 +65,8 @@ class FaultServer:
 
             def do_GET(self) -> None:
                 outer.hits[self.path] = outer.hits.get(self.path, 0) + 1
-                r = outer.routes.get(self.path, Reply(404, b"not found"))
+                route = outer.routes.get(self.path, Reply(404, b"not found"))
+                r = route() if callable(route) else route  # a callable answers each request afresh
                 if r.delay:
                     time.sleep(r.delay)
                 try:

@@ -73,9 +73,10 @@ def test_slots_wrong_shape(payload):
         summarize_slots(payload)
 
 
-def test_slots_malformed_entries_are_counted():
-    s = summarize_slots([{"is_processing": True, "speculative": "yes"}, 7, None])
-    assert (s.total, s.busy, s.speculative, s.malformed) == (1, 1, 0, 2)
+def test_slots_malformed_entries_reject_the_payload():
+    # (was: malformed entries counted, the rest used; issue 13: a half-valid /slots is not llama-server's)
+    with pytest.raises(ShapeError):
+        summarize_slots([{"id": 0, "is_processing": True, "speculative": "yes"}, 7, None])
 
 
 def test_props_capture():

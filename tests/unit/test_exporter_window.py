@@ -1,4 +1,5 @@
-"""Windowed counter increases: Prometheus reset semantics, forced resets on PID change."""
+"""Windowed counter increases over consistent segments: a counter going down or a forced reset (PID change)
+starts a new segment for every counter; points older than twice the window leave it."""
 
 from __future__ import annotations
 
@@ -15,18 +16,39 @@ def test_increase_and_ratio():
     assert w.increase("a") == 60 and w.ratio("a", "d") == 0.75
 
 
-def test_reset_counts_the_new_value():
+def test_a_counter_going_down_starts_a_new_segment_for_all():
+    # (was: Prometheus' rule, counting the new value after a reset; issue 13 wants one consistent segment)
     w = CounterWindow(600)
-    for t, v in enumerate([100, 150, 10, 40]):
-        w.observe(float(t), {"c": v})
-    assert w.increase("c") == 50 + 10 + 30
+    for t, (c, d) in enumerate([(100, 1), (150, 2), (10, 3), (40, 4)]):
+        w.observe(float(t), {"c": c, "d": d})
+    assert w.increase("c") == 30 and w.increase("d") == 1  # both since the reset only
 
 
 def test_forced_reset_even_when_value_went_up():
     w = CounterWindow(600)
     w.observe(0.0, {"c": 100})
     w.observe(1.0, {"c": 120}, reset=True)  # new process already past the old value
-    assert w.increase("c") == 120
+    assert w.increase("c") is None  # one point in the new segment
+    w.observe(2.0, {"c": 125})
+    assert w.increase("c") == 5
+
+
+def test_another_key_set_or_source_starts_a_new_segment():
+    w = CounterWindow(600)
+    w.observe(0.0, {"c": 1, "d": 1})
+    w.observe(1.0, {"c": 2})
+    assert w.increase("c") is None
+    w.observe(2.0, {"c": 3}, source="log")
+    assert w.increase("c") is None
+
+
+def test_points_older_than_twice_the_window_leave_it():
+    w = CounterWindow(10)
+    w.observe(0.0, {"c": 0})
+    w.observe(1.0, {"c": 1})
+    assert w.live_until() == 20.0
+    w.observe(30.0, {"c": 5})
+    assert w.increase("c") is None and w.live_until() == float("-inf")
 
 
 def test_old_points_leave_the_window():
@@ -50,4 +72,4 @@ def test_increase_is_never_negative(values):
     for t, v in enumerate(values):
         w.observe(float(t), {"c": v})
     inc = w.increase("c")
-    assert inc is not None and inc >= 0
+    assert inc is None or inc >= 0

@@ -8,28 +8,31 @@ import os
 import sys
 from pathlib import Path
 
-from specops.exporter.app import Exporter
-from specops.exporter.config import ExporterConfig
+from specops.exporter.app import Exporter, StartupError
+from specops.exporter.config import MAX_INTERVAL, MIN_INTERVAL, ConfigError, ExporterConfig, parse_number
 
 NAME = "exporter"
 HELP = "serve Prometheus metrics for one llama-server (scrapes /metrics, /slots, /health, /props itself)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    # numbers are read as text and checked by config_from_args: a bad value is one line, not argparse's usage
     d = ExporterConfig()
-    p.add_argument("--server-url", default=d.server_url, help="llama-server base URL (default %(default)s)")
+    p.add_argument("--server-url", default=d.server_url,
+                   help="llama-server base URL, http(s)://HOST[:PORT] (default %(default)s)")
     p.add_argument("--listen-address", default=d.listen_address, help="default %(default)s (loopback)")
-    p.add_argument("--listen-port", type=int, default=d.listen_port, help="default %(default)s")
-    p.add_argument("--interval", type=float, default=d.interval,
-                   help="seconds between scrapes of llama-server (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=d.timeout,
-                   help="per-request timeout (default %(default)s)")
-    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="default %(default)s")
-    p.add_argument("--window", type=float, default=d.window,
-                   help="window (s) of the exporter's acceptance and tokens/s gauges (default %(default)s)")
+    p.add_argument("--listen-port", default=str(d.listen_port), help="1-65535 (default %(default)s)")
+    p.add_argument("--interval", default=f"{d.interval:g}",
+                   help=f"seconds between scrapes of llama-server, {MIN_INTERVAL:g} to {MAX_INTERVAL:g} "
+                   "(default %(default)s)")
+    p.add_argument("--timeout", default=f"{d.timeout:g}", help="per-request timeout (default %(default)s)")
+    p.add_argument("--max-body-bytes", default=str(d.max_body_bytes), help="default %(default)s")
+    p.add_argument("--window", default=f"{d.window:g}",
+                   help="window (s) of the exporter's acceptance and tokens/s gauges, at least --interval "
+                   "(default %(default)s)")
     pid = p.add_mutually_exclusive_group()
     pid.add_argument("--unit", help="llama-server systemd unit: PID and NRestarts via `systemctl show`")
-    pid.add_argument("--pid", type=int, help="fixed llama-server PID")
+    pid.add_argument("--pid", help="fixed llama-server PID")
     pid.add_argument("--no-pid-from-port", action="store_true",
                      help="do not look up the PID by the listening port (no process metrics)")
     logsrc = p.add_mutually_exclusive_group()
@@ -37,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="follow the acceptance log line in the journal of UNIT (old builds)")
     logsrc.add_argument("--log-file", metavar="PATH", help="follow the acceptance log line in a file")
     p.add_argument("--nvidia-smi", default=d.nvidia_smi, help="auto, off or a path (default %(default)s)")
-    p.add_argument("--gpu-interval", type=float, default=d.gpu_interval, help="default %(default)s")
+    p.add_argument("--gpu-interval", default=f"{d.gpu_interval:g}", help="default %(default)s")
     p.add_argument("--api-key-file", type=Path, help="file holding llama-server's API key")
     p.add_argument("--build-info", help="build-info.json of the llama.cpp install (default: via the PID)")
     p.add_argument("--speed-gate-file", help="the deploy's speed-gate record (e.g. /etc/specops/speed-gate.json): "
@@ -46,26 +49,57 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default=os.environ.get("SPECOPS_LOG_LEVEL", "INFO"))
 
 
+def _api_key(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--api-key-file: {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
 def config_from_args(args: argparse.Namespace) -> ExporterConfig:
-    api_key = args.api_key_file.read_text().strip() if args.api_key_file else None
-    return ExporterConfig(
-        server_url=args.server_url, listen_address=args.listen_address, listen_port=args.listen_port,
-        interval=args.interval, timeout=args.timeout, max_body_bytes=args.max_body_bytes, window=args.window,
-        unit=args.unit, pid=args.pid, pid_from_port=not args.no_pid_from_port,
+    """The settings, checked; raises :class:`ConfigError` (one line) for the first bad one."""
+    cfg = ExporterConfig(
+        server_url=args.server_url, listen_address=args.listen_address,
+        listen_port=int(parse_number("--listen-port", str(args.listen_port), integer=True)),
+        interval=parse_number("--interval", str(args.interval)),
+        timeout=parse_number("--timeout", str(args.timeout)),
+        max_body_bytes=int(parse_number("--max-body-bytes", str(args.max_body_bytes), integer=True)),
+        window=parse_number("--window", str(args.window)),
+        unit=args.unit, pid=None if args.pid is None else int(parse_number("--pid", str(args.pid), integer=True)),
+        pid_from_port=not args.no_pid_from_port,
         log_journal_unit=args.log_journal, log_file=args.log_file, nvidia_smi=args.nvidia_smi,
-        gpu_interval=args.gpu_interval, api_key=api_key, build_info_path=args.build_info,
-        speed_gate_file=args.speed_gate_file,
+        gpu_interval=parse_number("--gpu-interval", str(args.gpu_interval)), api_key=_api_key(args.api_key_file),
+        build_info_path=args.build_info, speed_gate_file=args.speed_gate_file,
     )
+    cfg.validate()
+    if not isinstance(logging.getLevelName(str(args.log_level).upper()), int):
+        raise ConfigError(f"--log-level: {args.log_level!r} is not a logging level (DEBUG, INFO, WARNING, ERROR)")
+    return cfg
+
+
+def _refuse(message: str) -> int:
+    sys.stderr.write(f"specops exporter: error: {message}\n")
+    return 2
 
 
 def run(args: argparse.Namespace) -> int:
+    """Exit 2 with one line on stderr for bad settings or a failed start (port in use); 0 after a stop."""
+    try:
+        cfg = config_from_args(args)
+    except ConfigError as exc:
+        return _refuse(str(exc))
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is not "log once"
-    exporter = Exporter(config_from_args(args))
+    exporter = Exporter(cfg)
     if args.once:
         exporter.scraper.scrape_once()
         sys.stdout.write(exporter.exposition().decode())
         exporter.scraper.close()
         return 0
-    return exporter.serve_forever()
+    try:
+        return exporter.serve_forever()
+    except StartupError as exc:
+        return _refuse(str(exc))

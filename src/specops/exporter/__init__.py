@@ -10,10 +10,21 @@ Design (see also roles/exporter/README.md):
   resets llama-server's ``*_tokens_seconds`` gauges; the exporter never re-exposes those gauges and derives
   rates from the ``*_total`` counters instead.
 * **Counters stay counters.** The server's counters are exported as counters under ``llamacpp_*`` names;
-  a server restart makes them drop and Prometheus' ``rate()``/``increase()`` treat that as a reset. The
-  exporter's own windowed figures (acceptance ratio, acceptance length, decode tokens/s) use the same reset
-  rule, and a PID change forces one.
+  a server restart makes them drop and Prometheus' ``rate()``/``increase()`` treat that as a reset.
+* **Derived figures tell the truth or nothing** (:mod:`~specops.exporter.derived`). The exporter's own
+  windowed figures (acceptance ratio, acceptance length, per-position acceptance, decode tokens/s) come
+  from consecutive good passes only: a pass with invalid or partial speculative counters, a counter going
+  backwards or a PID change restarts the window for all of them; shares are clamped to [0, 1]; they are
+  absent while the server is down and without two good passes within twice the window.
+  ``llamacpp_exporter_last_success_timestamp_seconds`` says when /metrics was last read whole.
+* **Unknown is not off** (:mod:`~specops.exporter.speculation`). Whether the server should speculate is
+  on / off / unknown, from its command line first and /slots second (remembered until a restart);
+  ``llamacpp_speculation_state_known`` exports the third state, ``llamacpp_speculation_expected`` is absent
+  while unknown, and the ``llamacpp_server_info`` labels never change set nor churn on failures.
 * **Bad input never kills it.** Every endpoint fetch is bounded (timeout, total deadline, body cap),
-  every payload is parsed defensively; failures become ``llamacpp_up 0`` and
-  ``specops_exporter_scrape_errors_total{endpoint,kind}`` and are logged once per state change.
+  every payload is parsed defensively (``/slots`` against a schema; a cut or duplicated ``/metrics`` body is
+  ``kind="invalid"``); failures become ``llamacpp_up 0`` and
+  ``specops_exporter_scrape_errors_total{endpoint,kind}`` and are logged once per state change, or once a
+  minute with a count while an endpoint flaps. Bad settings and a port in use stop it at startup with one
+  line on stderr and exit status 2.
 """

@@ -19,6 +19,10 @@ from specops.exporter.state import Scraper
 log = logging.getLogger("specops.exporter")
 
 
+class StartupError(RuntimeError):
+    """The exporter cannot start (its port is in use, ...); the message is one line."""
+
+
 class Exporter:
     def __init__(self, cfg: ExporterConfig) -> None:
         self.cfg = cfg
@@ -44,12 +48,18 @@ class Exporter:
         return generate_latest(self.registry)
 
     def start(self, serve: bool = True) -> None:
+        """Listen first (raising :class:`StartupError` before anything else runs), then follow and scrape."""
+        if serve:
+            where = f"{self.cfg.listen_address}:{self.cfg.listen_port}"
+            try:
+                self.server, _ = start_http_server(self.cfg.listen_port, self.cfg.listen_address, self.registry)
+            except (OSError, OverflowError) as exc:  # in use, no such address, not permitted, out of range
+                self.scraper.close()
+                raise StartupError(f"cannot listen on {where}: {getattr(exc, 'strerror', None) or exc}") from exc
+            log.info("serving on http://%s/metrics, scraping %s every %gs", where, self.cfg.server_url,
+                     self.cfg.interval)
         if self.follower:
             self.follower.start()
-        if serve:
-            self.server, _ = start_http_server(self.cfg.listen_port, self.cfg.listen_address, self.registry)
-            log.info("serving on http://%s:%d/metrics, scraping %s every %gs", self.cfg.listen_address,
-                     self.cfg.listen_port, self.cfg.server_url, self.cfg.interval)
         self._thread.start()
 
     def shutdown(self) -> None:

@@ -37,6 +37,25 @@ def _gauge(name: str, help_: str, value: float | None, labels: dict[str, str] | 
     return g
 
 
+def server_info_labels(s: Snapshot) -> dict[str, str]:
+    """The info series' labels: always the same set, 'unknown' for what is not known."""
+    def known(value: str, absent: str = "unknown") -> str:
+        return value or absent
+
+    launch_absent = "default" if s.launch_known else "unknown"  # read, and the flag was not given
+    return {
+        "build_commit": known(s.props.build_commit or s.install_commit[:9]),
+        "build_number": known(s.props.build_number),
+        "backend": known(s.backend),
+        "target_model": known(s.props.model or s.launch.target_model),
+        "draft_model": known(s.launch.draft_model, "none" if s.launch_known else "unknown"),
+        "spec_type": s.speculation.spec_type,
+        "draft_n_max": known(s.launch.draft_n_max, launch_absent),
+        "draft_n_min": known(s.launch.draft_n_min, launch_absent),
+        "spec_source": s.known_spec_source,
+    }
+
+
 class SpecopsCollector(Collector):
     def __init__(self, scraper: Scraper) -> None:
         self.scraper = scraper
@@ -74,24 +93,23 @@ class SpecopsCollector(Collector):
 
     # ---- llama-server ------------------------------------------------------------------------
     def _server(self, s: Snapshot) -> Iterator[Metric | None]:
-        yield _gauge("llamacpp_up", "1 when the last /metrics scrape of llama-server succeeded.", float(s.up))
+        yield _gauge("llamacpp_up", "1 when the last pass read llama-server's /metrics whole (0: down, an HTTP "
+                     "error, or a body that is garbage, cut short or has duplicated series).", float(s.up))
         yield _gauge("llamacpp_healthy", "1 when llama-server's /health said ok.", float(s.healthy))
-        info = InfoMetricFamily("llamacpp_server", "llama-server build, models and speculation settings.")
-        info.add_metric([], {
-            "build_commit": s.props.build_commit or s.install_commit[:9],
-            "build_number": s.props.build_number,
-            "backend": s.backend or "unknown",
-            "target_model": s.props.model or s.launch.target_model,
-            "draft_model": s.launch.draft_model,
-            "spec_type": s.spec_type or "unknown",
-            "draft_n_max": s.launch.draft_n_max,
-            "draft_n_min": s.launch.draft_n_min,
-            "spec_source": s.spec_source,
-        })
+        info = InfoMetricFamily("llamacpp_server", "llama-server build, models and speculation settings. Always "
+                                "the same labels; a value not known (yet) is 'unknown', and values once known "
+                                "are kept through failed reads, so the series does not churn.")
+        info.add_metric([], server_info_labels(s))
         yield info
-        yield _gauge("llamacpp_speculation_expected",
-                     "1 when llama-server was configured to speculate (command line or /slots).",
-                     float(s.speculation_expected))
+        yield _gauge("llamacpp_speculation_state_known",
+                     "1 when the exporter knows whether llama-server is meant to speculate (from its command "
+                     "line, else from /slots); 0 when it does not (then llamacpp_speculation_expected is absent).",
+                     float(s.speculation.known))
+        if s.speculation.known:
+            yield _gauge("llamacpp_speculation_expected",
+                         "1 when llama-server is configured to speculate, 0 when it is configured not to (command "
+                         "line first, else /slots). Absent while unknown: see llamacpp_speculation_state_known.",
+                         float(s.speculation_expected))
         if s.metrics is not None:
             for name, value in s.metrics.counters.items():
                 if name in SPEC_KEYS:
@@ -118,8 +136,15 @@ class SpecopsCollector(Collector):
             for pos, value in sorted(s.metrics.accepted_per_pos.items()):
                 c.add_metric([str(pos)], value)
             yield c
+        if s.log is not None:
+            c = CounterMetricFamily("llamacpp_log_acceptance_lines", "Acceptance log lines parsed.")
+            c.add_metric([], float(s.log.lines))
+            yield c
         w = s.window
-        window = f"over the exporter's window ({self.scraper.cfg.window:g}s)"
+        if not w.live(self.scraper.clocks.monotonic()):
+            return  # no two good passes within twice the window: no number rather than a stale one
+        window = (f"over the exporter's window ({self.scraper.cfg.window:g}s) of consecutive good passes; "
+                  "absent while llama-server is down or answers invalid counters")
         yield _gauge("llamacpp_spec_acceptance_ratio", f"Accepted / drafted tokens {window}.",
                      w.acceptance_ratio)
         yield _gauge("llamacpp_spec_mean_acceptance_length",
@@ -133,10 +158,6 @@ class SpecopsCollector(Collector):
             yield g
         yield _gauge("llamacpp_decode_tokens_per_second",
                      f"Generated tokens per second of generation time {window}.", w.decode_tokens_per_second)
-        if s.log is not None:
-            c = CounterMetricFamily("llamacpp_log_acceptance_lines", "Acceptance log lines parsed.")
-            c.add_metric([], float(s.log.lines))
-            yield c
 
     # ---- the llama-server process ------------------------------------------------------------
     def _process(self, s: Snapshot) -> Iterator[Metric | None]:
@@ -203,5 +224,8 @@ class SpecopsCollector(Collector):
         if s.time:
             yield _gauge("specops_exporter_last_scrape_timestamp_seconds",
                          "When the last pass over llama-server finished (Unix time).", s.time)
+        yield _gauge("llamacpp_exporter_last_success_timestamp_seconds",
+                     "When a pass last read llama-server's /metrics whole (Unix time; absent before the first): "
+                     "time() minus this is how stale the server's series would be.", s.last_success)
         yield _gauge("specops_exporter_interval_seconds", "Seconds between passes over llama-server.",
                      self.scraper.cfg.interval)

@@ -24,6 +24,7 @@ HTTP_ERROR_KINDS = (
     "parse",
     "shape",
     "invalid_value",
+    "invalid",  # a /metrics body cut short or with duplicated series
 )
 
 

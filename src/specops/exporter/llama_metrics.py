@@ -2,7 +2,11 @@
 
 Uses :func:`specops.client.parse_metrics` (prometheus-client's parser). A body that fails to parse as a
 whole (truncated, garbage lines) is parsed line by line so one bad line does not lose the rest. Values
-that are NaN, infinite or negative are dropped and counted.
+that are NaN, infinite or negative are dropped and counted (and named, for the derived series).
+
+Two faults the lax parser lets through are reported separately, because the body as a whole cannot be
+trusted: a body **cut short** (no final newline, as the text format requires, or ending in a ``# HELP`` /
+``# TYPE`` line whose sample never came) and **duplicated series** (one name and label set twice).
 """
 
 from __future__ import annotations
@@ -64,10 +68,19 @@ class ServerMetrics:
     accepted_per_pos: dict[int, float] = field(default_factory=dict)
     bad_lines: int = 0
     invalid_values: int = 0
+    invalid_names: set[str] = field(default_factory=set)  # exported names whose value was dropped
+    truncated: bool = False
+    duplicates: int = 0  # samples whose name and labels were already seen
 
     @property
     def has_spec_counters(self) -> bool:
         return all(k in self.counters for k in SPEC_KEYS)
+
+    @property
+    def spec_counters_partial(self) -> bool:
+        """Some speculative counters present and some missing or invalid: not a usable set."""
+        present = sum(k in self.counters for k in SPEC_KEYS)
+        return (0 < present < len(SPEC_KEYS)) or (present > 0 and bool(self.invalid_names & set(SPEC_KEYS)))
 
     @property
     def empty(self) -> bool:
@@ -92,9 +105,36 @@ def _samples(text: str) -> tuple[list[Sample], int]:
     return samples, bad
 
 
+def is_truncated(text: str) -> bool:
+    """Cut short: no final newline, or the last line announces a series that never came."""
+    if not text.endswith("\n"):
+        return True
+    last = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+    return last.startswith(("# HELP ", "# TYPE "))
+
+
+def _duplicates(samples: list[Sample]) -> int:
+    seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
+    dups = 0
+    for s in samples:
+        key = (s.name, frozenset(s.labels.items()))
+        dups += key in seen
+        seen.add(key)
+    return dups
+
+
+def _exported_name(server_name: str) -> str:
+    if server_name in COUNTERS:
+        return COUNTERS[server_name][0]
+    if server_name in GAUGES:
+        return GAUGES[server_name][0]
+    return PER_POS_NAME
+
+
 def parse_server_metrics(text: str) -> ServerMetrics:
     samples, bad = _samples(text)
-    out = ServerMetrics(bad_lines=bad)
+    out = ServerMetrics(bad_lines=bad, truncated=bool(text) and is_truncated(text),
+                        duplicates=_duplicates(samples))
     for s in samples:
         if s.name in IGNORED:
             continue
@@ -103,6 +143,7 @@ def parse_server_metrics(text: str) -> ServerMetrics:
         known = s.name in COUNTERS or s.name in GAUGES or s.name == SPEC_ACCEPTED_PER_POS
         if known and not valid:
             out.invalid_values += 1
+            out.invalid_names.add(_exported_name(s.name))
             continue
         if s.name in COUNTERS:
             out.counters[COUNTERS[s.name][0]] = value
@@ -114,4 +155,5 @@ def parse_server_metrics(text: str) -> ServerMetrics:
                 out.accepted_per_pos[int(pos)] = value
             else:
                 out.invalid_values += 1
+                out.invalid_names.add(PER_POS_NAME)
     return out

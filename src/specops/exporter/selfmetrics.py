@@ -1,20 +1,21 @@
-"""The exporter's own health: scrape durations and errors per endpoint and kind, logged once per change."""
+"""The exporter's own health: scrape durations and errors per endpoint and kind; state changes logged, throttled."""
 
 from __future__ import annotations
 
 import bisect
-import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-log = logging.getLogger("specops.exporter")
+from specops.exporter.statelog import StateLog
 
 HTTP_ENDPOINTS = ("health", "metrics", "slots", "props")
 # endpoint -> error kinds (pre-initialised to 0 so dashboards and rate() see the series from the start)
 _TRANSPORT = ("connect", "timeout", "protocol", "http_4xx", "http_5xx", "too_large")
 ERROR_KINDS: dict[str, tuple[str, ...]] = {
     "health": (*_TRANSPORT, "invalid_json", "shape"),
-    "metrics": (*_TRANSPORT, "parse", "shape", "invalid_value"),
+    "metrics": (*_TRANSPORT, "parse", "shape", "invalid_value", "invalid"),  # invalid: cut or duplicated body
     "slots": (*_TRANSPORT, "invalid_json", "shape"),
     "props": (*_TRANSPORT, "invalid_json", "shape"),
     "process": ("not_found", "gone", "access_denied", "systemctl", "other"),
@@ -46,15 +47,17 @@ class Histogram:
 
 
 class SelfMetrics:
-    """Thread-safe counters and histograms; ``condition()`` logs only when an endpoint's state changes."""
+    """Thread-safe counters and histograms; ``condition()`` logs an endpoint's state changes (throttled when it
+    flaps: see :mod:`specops.exporter.statelog`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self._lock = threading.Lock()
         self.errors: dict[tuple[str, str], int] = {
             (e, k): 0 for e, kinds in ERROR_KINDS.items() for k in kinds}
         self.durations: dict[str, Histogram] = {e: Histogram() for e in DURATION_ENDPOINTS}
         self.cycles = 0
-        self._conditions: dict[str, str] = {}
+        self._log = StateLog(clock)
 
     def error(self, endpoint: str, kind: str, message: str) -> None:
         with self._lock:
@@ -67,15 +70,7 @@ class SelfMetrics:
 
     def condition(self, endpoint: str, state: str, message: str) -> None:
         with self._lock:
-            previous = self._conditions.get(endpoint)
-            if previous == state:
-                return
-            self._conditions[endpoint] = state
-        if state == "ok":
-            if previous is not None:
-                log.info("%s: ok again (was %s)", endpoint, previous)
-        else:
-            log.warning("%s: %s: %s", endpoint, state, message)
+            self._log.state(endpoint, state, message)
 
     def observe(self, endpoint: str, seconds: float) -> None:
         with self._lock:

@@ -10,7 +10,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specops.exporter.clocks import Clocks
 from specops.exporter.config import ExporterConfig
+from specops.exporter.derived import (
+    ACCEPTED,
+    DRAFT_TOKENS,
+    DRAFTS,
+    PREDICTED,
+    DerivedSeries,
+    WindowFigures,
+    pass_values,
+)
 from specops.exporter.fetch import BoundedFetcher, FetchError
 from specops.exporter.gpu import GpuError, GpuProcessMemory, find_nvidia_smi, query_compute_apps
 from specops.exporter.llama_metrics import ServerMetrics, parse_server_metrics
@@ -31,24 +41,12 @@ from specops.exporter.process import (
 from specops.exporter.props import Props, parse_props
 from specops.exporter.selfmetrics import SelfMetrics
 from specops.exporter.slots import ShapeError, SlotsSummary, summarize_slots
-from specops.exporter.window import CounterWindow
+from specops.exporter.speculation import ON, Speculation, SpeculationTracker
 
 log = logging.getLogger("specops.exporter")
 
-ACCEPTED = "llamacpp_spec_accepted_tokens_total"
-DRAFT_TOKENS = "llamacpp_spec_draft_tokens_total"
-DRAFTS = "llamacpp_spec_drafts_total"
-PREDICTED = "llamacpp_tokens_predicted_total"
-PREDICTED_SECONDS = "llamacpp_tokens_predicted_seconds_total"
 RESET_WITNESSES = (PREDICTED, "llamacpp_decode_calls_total", "llamacpp_prompt_tokens_total")
-
-
-@dataclass(frozen=True)
-class WindowFigures:
-    acceptance_ratio: float | None = None
-    mean_acceptance_length: float | None = None
-    decode_tokens_per_second: float | None = None
-    acceptance_by_position: dict[int, float] = field(default_factory=dict)
+MIN_LOOP_SECONDS = 0.05  # the loop never spins, whatever interval it is given (the CLI requires >= 1 s)
 
 
 @dataclass(frozen=True)
@@ -60,6 +58,7 @@ class Snapshot:
     slots: SlotsSummary | None = None
     props: Props = field(default_factory=Props)
     launch: LaunchSettings = field(default_factory=LaunchSettings)
+    launch_known: bool = False  # the command line was read at least once
     backend: str = ""
     install_commit: str = ""
     pid_info: PidInfo | None = None
@@ -68,21 +67,18 @@ class Snapshot:
     window: WindowFigures = field(default_factory=WindowFigures)
     gpu: tuple[GpuProcessMemory, ...] | None = None  # None: no nvidia-smi
     log: LogCounters | None = None  # None: no log source
-    spec_source: str = "none"  # metrics | log | none
+    spec_source: str = "none"  # this pass: metrics | log | none
+    known_spec_source: str = "unknown"  # the last pass that read /metrics said so (for the info series)
+    speculation: Speculation = field(default_factory=Speculation)
+    last_success: float | None = None  # Unix time of the last pass that read /metrics whole
 
     @property
     def speculation_expected(self) -> bool:
-        if self.launch.spec_type or self.launch.draft_model or self.launch.spec_default:
-            return self.launch.speculation_expected
-        return bool(self.slots and self.slots.spec_types not in ("", "none"))
+        return self.speculation.state == ON
 
     @property
     def spec_type(self) -> str:
-        if self.launch.spec_type:
-            return self.launch.spec_type
-        if self.slots and self.slots.spec_types:
-            return self.slots.spec_types
-        return "draft-simple" if self.launch.draft_model else ""
+        return self.speculation.spec_type
 
     def spec_counters(self) -> dict[str, float]:
         """The speculative counters from their source (server metrics or the log)."""
@@ -108,14 +104,17 @@ class Scraper:
     """Owns every contact with llama-server. ``scrape_once()`` is called by one thread only."""
 
     def __init__(self, cfg: ExporterConfig, log_acceptance: LogAcceptance | None = None,
-                 pid_source: PidSource | None = None, fetcher: BoundedFetcher | None = None) -> None:
+                 pid_source: PidSource | None = None, fetcher: BoundedFetcher | None = None,
+                 clocks: Clocks | None = None) -> None:
         self.cfg = cfg
+        self.clocks = clocks or Clocks()
         self.fetcher = fetcher or BoundedFetcher(cfg.server_url, cfg.timeout, cfg.max_body_bytes, cfg.api_key)
         self.pid_source = pid_source if pid_source is not None else make_pid_source(cfg)
         self.log_acceptance = log_acceptance
         self.nvidia_smi = find_nvidia_smi(cfg.nvidia_smi)
-        self.selfm = SelfMetrics()
-        self.window = CounterWindow(cfg.window)
+        self.selfm = SelfMetrics(self.clocks.monotonic)
+        self.derived = DerivedSeries(cfg.window)
+        self.speculation = SpeculationTracker()
         self._snapshot = Snapshot()
         self._snap_lock = threading.Lock()
         self._identity: tuple[int, float] | None = None
@@ -125,6 +124,9 @@ class Scraper:
         self._was_up = False
         self._prev_counters: dict[str, float] = {}
         self._launch = LaunchSettings()
+        self._launch_known = False
+        self._known_spec_source = "unknown"
+        self._last_success: float | None = None
         self._build: tuple[str, str] = ("", "")
         self._build_read_for: tuple[int, float] | str | None = "never"
         self._gpu: tuple[GpuProcessMemory, ...] | None = None
@@ -140,12 +142,12 @@ class Scraper:
 
     # ---- one endpoint at a time --------------------------------------------------------------
     def _get(self, endpoint: str, path: str, accept_status: tuple[int, ...] = ()) -> Any:
-        t0 = time.perf_counter()
+        t0 = self.clocks.perf()
         try:
             resp = self.fetcher.get(path, accept_status)
             return resp
         finally:
-            self.selfm.observe(endpoint, time.perf_counter() - t0)
+            self.selfm.observe(endpoint, self.clocks.perf() - t0)
 
     def _health(self) -> bool:
         try:
@@ -173,6 +175,10 @@ class Scraper:
         if parsed.empty:
             self.selfm.error("metrics", "shape", f"/metrics: no llama.cpp series in {text[:80]!r}")
             return None
+        if parsed.truncated or parsed.duplicates:
+            why = "body cut short" if parsed.truncated else f"{parsed.duplicates} duplicated series"
+            self.selfm.error("metrics", "invalid", f"/metrics: {why}: the body is not one consistent answer")
+            return None
         if parsed.bad_lines:
             self.selfm.error("metrics", "parse", f"/metrics: {parsed.bad_lines} unparseable line(s)")
         elif parsed.invalid_values:
@@ -191,10 +197,7 @@ class Scraper:
         except ShapeError as exc:
             self.selfm.error("slots", "shape", str(exc))
             return None
-        if summary.malformed:
-            self.selfm.error("slots", "shape", f"/slots: {summary.malformed} malformed entr(y/ies)")
-        else:
-            self.selfm.ok("slots")
+        self.selfm.ok("slots")
         return summary
 
     def _maybe_props(self, now: float) -> None:
@@ -214,7 +217,7 @@ class Scraper:
     def _process(self) -> tuple[PidInfo | None, ProcessStats | None]:
         if self.pid_source is None:
             return None, None
-        t0 = time.perf_counter()
+        t0 = self.clocks.perf()
         try:
             info = self.pid_source.find()
             systemd_error = getattr(self.pid_source, "last_error", None)
@@ -233,7 +236,7 @@ class Scraper:
             self.pid_source.forget()
             return None, None
         finally:
-            self.selfm.observe("process", time.perf_counter() - t0)
+            self.selfm.observe("process", self.clocks.perf() - t0)
 
     def _maybe_build_info(self, stats: ProcessStats | None) -> None:
         identity = (stats.pid, stats.start_time) if stats else None
@@ -257,7 +260,7 @@ class Scraper:
         if self.nvidia_smi is None or now < self._gpu_due:
             return
         self._gpu_due = now + self.cfg.gpu_interval
-        t0 = time.perf_counter()
+        t0 = self.clocks.perf()
         try:
             self._gpu = tuple(query_compute_apps(self.nvidia_smi, timeout=max(self.cfg.timeout, 5.0)))
             self.selfm.ok("gpu")
@@ -265,11 +268,11 @@ class Scraper:
             self.selfm.error("gpu", "error", str(exc))
             self._gpu = None
         finally:
-            self.selfm.observe("gpu", time.perf_counter() - t0)
+            self.selfm.observe("gpu", self.clocks.perf() - t0)
 
     # ---- the pass ----------------------------------------------------------------------------
     def scrape_once(self) -> Snapshot:
-        now = time.monotonic()
+        now = self.clocks.monotonic()
         pid_info, stats = self._process()
         restarted = False
         if stats is not None:
@@ -277,7 +280,8 @@ class Scraper:
             if self._identity is not None and identity != self._identity:
                 restarted = True
             self._identity = identity
-            self._launch = parse_launch(stats.cmdline) if stats.cmdline else self._launch
+            if stats.cmdline:
+                self._launch, self._launch_known = parse_launch(stats.cmdline), True
         self._maybe_build_info(stats)
 
         healthy = self._health()
@@ -309,45 +313,25 @@ class Scraper:
             spec_source = "log"
         else:
             spec_source = "none"
+        wall = self.clocks.wall()
+        if up:
+            self._known_spec_source = spec_source
+            self._last_success = wall
         gpu = tuple(g for g in self._gpu if stats and g.pid == stats.pid) if self._gpu is not None else None
         snap = Snapshot(
-            time=time.time(), up=up, healthy=healthy, metrics=metrics if up else None, slots=slots,
-            props=self._props, launch=self._launch, backend=self._build[0], install_commit=self._build[1],
-            pid_info=pid_info, process=stats, restarts=self._restarts, gpu=gpu, log=log_counters,
-            spec_source=spec_source,
+            time=wall, up=up, healthy=healthy, metrics=metrics if up else None, slots=slots,
+            props=self._props, launch=self._launch, launch_known=self._launch_known, backend=self._build[0],
+            install_commit=self._build[1], pid_info=pid_info, process=stats, restarts=self._restarts, gpu=gpu,
+            log=log_counters, spec_source=spec_source, known_spec_source=self._known_spec_source,
+            speculation=self.speculation.update(self._launch, slots, restarted), last_success=self._last_success,
         )
-        snap = self._with_window(snap, restarted, now)
+        values = pass_values(snap.metrics, snap.spec_counters(), spec_source)
+        snap = replace(snap, window=self.derived.update(now, values, spec_source, restarted))
         with self.selfm._lock:
             self.selfm.cycles += 1
         with self._snap_lock:
             self._snapshot = snap
         return snap
-
-    def _with_window(self, snap: Snapshot, restarted: bool, now: float) -> Snapshot:
-        values: dict[str, float] = {}
-        if snap.metrics is not None:
-            values.update(snap.metrics.counters)
-            values.update({f"pos{p}": v for p, v in snap.metrics.accepted_per_pos.items()})
-        # log counters are exporter-lifetime totals: a server restart does not reset them
-        spec = snap.spec_counters()
-        values.update(spec)
-        if values:
-            self.window.observe(now, values, reset=restarted and snap.spec_source != "log")
-        w = self.window
-        per_pos: dict[int, float] = {}
-        if snap.metrics is not None:
-            for p in snap.metrics.accepted_per_pos:
-                r = w.ratio(f"pos{p}", DRAFTS)
-                if r is not None:
-                    per_pos[p] = r
-        drafts_ratio = w.ratio(ACCEPTED, DRAFTS)
-        figures = WindowFigures(
-            acceptance_ratio=w.ratio(ACCEPTED, DRAFT_TOKENS),
-            mean_acceptance_length=None if drafts_ratio is None else 1.0 + drafts_ratio,
-            decode_tokens_per_second=w.ratio(PREDICTED, PREDICTED_SECONDS),
-            acceptance_by_position=per_pos,
-        )
-        return replace(snap, window=figures)
 
     # ---- the loop ------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -358,7 +342,7 @@ class Scraper:
                 self.scrape_once()
             except Exception:  # a bug must not stop the exporter from serving
                 log.exception("scrape pass failed")
-            next_at += self.cfg.interval
+            next_at += max(self.cfg.interval, MIN_LOOP_SECONDS)
             delay = next_at - time.monotonic()
             if delay < 0:  # fell behind (slow server): skip missed ticks, keep one GET per interval
                 next_at = time.monotonic()
