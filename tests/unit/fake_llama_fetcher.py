@@ -16,6 +16,7 @@ from pathlib import Path
 from specops.exporter.clocks import Clocks
 from specops.exporter.config import ExporterConfig
 from specops.exporter.fetch import FetchError, Response
+from specops.exporter.logline import LogAcceptance
 from specops.exporter.state import Scraper
 
 CAP = Path(__file__).resolve().parents[1] / "fixtures" / "llama-server-0c1e57098"
@@ -89,10 +90,12 @@ def fake_clocks(clock: FakeClock) -> Clocks:
     return Clocks(monotonic=clock, wall=lambda: WALL_EPOCH + clock.t, perf=lambda: 0.0)
 
 
-def fake_scraper(fetcher: FakeFetcher, clock: FakeClock | None = None, **cfg: object) -> Scraper:
+def fake_scraper(fetcher: FakeFetcher, clock: FakeClock | None = None, log_acceptance: LogAcceptance | None = None,
+                 **cfg: object) -> Scraper:
     """A scraper of ``fetcher`` with no PID source and no nvidia-smi; ``cfg`` overrides ExporterConfig fields."""
     config = ExporterConfig(**{"pid_from_port": False, "nvidia_smi": "off", **cfg})  # type: ignore[arg-type]
-    return Scraper(config, fetcher=fetcher, clocks=fake_clocks(clock or FakeClock()))  # type: ignore[arg-type]
+    return Scraper(config, log_acceptance=log_acceptance, fetcher=fetcher,  # type: ignore[arg-type]
+                   clocks=fake_clocks(clock or FakeClock()))
 
 
 def metrics_body(values: Mapping[str, float | str | None], base: str = SPEC_METRICS) -> bytes:

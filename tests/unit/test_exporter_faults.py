@@ -7,8 +7,10 @@ to fail in a given way.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -55,10 +57,19 @@ class FaultServer:
     def __init__(self) -> None:
         self.routes: dict[str, Reply | Callable[[], Reply]] = dict(default_routes())
         self.hits: dict[str, int] = {}
+        self.connections: set[socket.socket] = set()  # open keep-alive connections, dropped by close()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                outer.connections.add(self.connection)
+
+            def finish(self) -> None:
+                outer.connections.discard(self.connection)
+                super().finish()
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -99,8 +110,12 @@ class FaultServer:
         self.thread.start()
 
     def close(self) -> None:
+        """Gone as a killed server is: no listener, and the open keep-alive connections dropped too."""
         self.httpd.shutdown()
         self.httpd.server_close()
+        for conn in list(self.connections):
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.fixture
@@ -213,7 +228,7 @@ def test_restart_without_pid_is_seen_as_a_counter_reset(fault_server):
 
 def test_log_source_fills_in_for_old_builds(fault_server, tmp_path):
     old = "\n".join(line for line in (CAP / "base_metrics.txt").read_text().splitlines()
-                    if "spec_decode" not in line)
+                    if "spec_decode" not in line) + "\n"  # a complete body ends with a newline
     fault_server.routes["/metrics"] = Reply(body=old.encode())
     log_file = tmp_path / "llama-server.log"
     log_file.write_text("")

@@ -48,7 +48,7 @@ from tests.unit.test_exporter_faults import FaultServer, Reply
 
 DERIVED = ("llamacpp_spec_acceptance_ratio", "llamacpp_spec_mean_acceptance_length",
            "llamacpp_decode_tokens_per_second", "llamacpp_spec_acceptance_by_position_ratio")
-INFO = "llamacpp_server"
+INFO = "llamacpp_server_info"  # the family name as the text parser reads it back
 
 
 def families(text: str) -> dict[str, list[Sample]]:
@@ -291,7 +291,7 @@ def test_derived_gauges_vanish_during_http_500s_and_after_the_server_is_killed(f
 # ---- (3) speculation: on / off / unknown --------------------------------------------------------------------
 
 def info_labels(fams: dict[str, list[Sample]]) -> dict[str, str]:
-    samples = fams[f"{INFO}"]
+    samples = fams[INFO]
     assert len(samples) == 1
     return samples[0].labels
 

@@ -1,0 +1,305 @@
+"""Golden expositions: the exporter's whole output for a set of llama-server states, compared with committed
+files in tests/fixtures/exporter/golden/ (the prometheus-pve-exporter way: a change to the output is a
+reviewed diff of those files).
+
+Each state drives a scraper over :class:`FakeFetcher` with the real captures of
+tests/fixtures/llama-server-0c1e57098 (or bodies constructed from them) and a fake clock, so the output is
+deterministic: timestamps come from the fake wall clock, every scrape takes zero seconds (the duration
+histograms only count), and the exporter's own process_* series are not registered. The llama-server process,
+where a state has one, is a fixed fake.
+
+Regenerate after an intended change, then review ``git diff tests/fixtures/exporter/golden``::
+
+    SPECOPS_UPDATE_GOLDEN=1 PYTHONPATH=src python -m pytest -q tests/unit/test_exporter_golden.py
+
+Without that variable a difference, or a missing golden file, fails the test.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from specops.exporter import state as state_module
+from specops.exporter.collector import SpecopsCollector
+from specops.exporter.logline import LogAcceptance
+from specops.exporter.process import PidInfo, ProcessStats
+from specops.exporter.state import Scraper
+from tests.unit.fake_llama_fetcher import (
+    ACCEPTED,
+    CAP,
+    DRAFT_TOKENS,
+    DRAFTS,
+    PREDICTED,
+    PREDICTED_SECONDS,
+    SPEC_METRICS,
+    Answer,
+    FakeClock,
+    FakeFetcher,
+    down,
+    fake_scraper,
+    metrics_body,
+)
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "exporter" / "golden"
+UPDATE = os.environ.get("SPECOPS_UPDATE_GOLDEN") == "1"
+BASE_METRICS = (CAP / "base_metrics.txt").read_text()
+INTERVAL = 5.0
+
+StateFn = Callable[[pytest.MonkeyPatch], Scraper]
+STATES: dict[str, StateFn] = {}
+
+
+def state(fn: StateFn) -> StateFn:
+    STATES[fn.__name__.removeprefix("state_")] = fn
+    return fn
+
+
+def doubled(text: str) -> bytes:
+    """Every counter of a capture doubled: traffic happened between two scrapes."""
+    out = []
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        out.append(f"{name} {float(value) * 2:g}" if "_total" in name and not line.startswith("#") else line)
+    return ("\n".join(out) + "\n").encode()
+
+
+def passes(s: Scraper, clock: FakeClock, n: int = 1) -> Scraper:
+    for _ in range(n):
+        s.scrape_once()
+        clock.advance(INTERVAL)
+    return s
+
+
+def traffic(f: FakeFetcher, s: Scraper, clock: FakeClock, metrics: str = SPEC_METRICS) -> Scraper:
+    """Two passes, the second after traffic: the window has figures."""
+    f.routes["/metrics"] = Answer(body=metrics.encode())
+    passes(s, clock)
+    f.routes["/metrics"] = Answer(body=doubled(metrics))
+    return passes(s, clock)
+
+
+# ---- the states --------------------------------------------------------------------------------------------
+
+@state
+def state_spec_one_pass(mp: pytest.MonkeyPatch) -> Scraper:
+    """The real captures of a speculating server, one pass: no window figures yet."""
+    clock = FakeClock()
+    return passes(fake_scraper(FakeFetcher(), clock), clock)
+
+
+@state
+def state_spec_traffic(mp: pytest.MonkeyPatch) -> Scraper:
+    """The speculating server's capture, then the same with every counter doubled."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    return traffic(f, fake_scraper(f, clock), clock)
+
+
+@state
+def state_baseline_server(mp: pytest.MonkeyPatch) -> Scraper:
+    """The baseline capture (no speculation: spec counters 0, /slots says none), with traffic."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    f.routes["/slots"] = Answer(body=(CAP / "base_slots.json").read_bytes())
+    return traffic(f, fake_scraper(f, clock), clock, BASE_METRICS)
+
+
+@state
+def state_ngram_mod(mp: pytest.MonkeyPatch) -> Scraper:
+    """The ngram-mod capture (16 draft positions), /slots saying ngram-mod, with traffic."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    slots = (CAP / "spec_slots.json").read_text().replace('"none,draft-simple"', '"none,ngram-mod"')
+    f.routes["/slots"] = Answer(body=slots.encode())
+    return traffic(f, fake_scraper(f, clock), clock, (CAP / "ngram_mod_metrics_after_bench.txt").read_text())
+
+
+@state
+def state_old_build_with_log(mp: pytest.MonkeyPatch) -> Scraper:
+    """A build without speculative counters in /metrics: they come from the acceptance log lines."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    acc = LogAcceptance()
+    lines = (CAP / "server_log_excerpt.txt").read_text().splitlines()
+    s = fake_scraper(f, clock, log_acceptance=acc)
+    old = "\n".join(line for line in BASE_METRICS.splitlines() if "spec_decode" not in line) + "\n"
+    for line in lines[:3]:
+        acc.feed(line)
+    traffic(f, s, clock, old)
+    for line in lines[3:]:
+        acc.feed(line)
+    f.routes["/metrics"] = Answer(body=doubled(doubled(old).decode()))
+    return passes(s, clock)
+
+
+class FakeUnit:
+    """A systemd unit's answer: PID, NRestarts, MemoryMax."""
+
+    def find(self) -> PidInfo:
+        return PidInfo(4242, systemd_restarts=3, memory_max_bytes=8 << 30)
+
+    def forget(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "systemd:llama-server.service"
+
+
+CMDLINE = ("llama-server", "-m", "/srv/models/SmolLM2-360M-Instruct.Q8_0.gguf", "-md",
+           "/srv/models/SmolLM2-135M-Instruct.Q4_1.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "8",
+           "--port", "8080")
+
+
+def fake_process(pid: int) -> ProcessStats:
+    return ProcessStats(pid=pid, start_time=1_759_990_000.0, rss_bytes=512 << 20, vms_bytes=2 << 30,
+                        cpu_seconds=123.5, threads=9, open_fds=31, cmdline=CMDLINE, anon_bytes=160 << 20)
+
+
+@state
+def state_systemd_process(mp: pytest.MonkeyPatch) -> Scraper:
+    """Under systemd, with the process readable: its command line says what speculation is expected."""
+    mp.setattr(state_module, "read_process", fake_process)
+    clock = FakeClock()
+    f = FakeFetcher()
+    s = fake_scraper(f, clock)
+    s.pid_source = FakeUnit()
+    return traffic(f, s, clock)
+
+
+@state
+def state_command_line_beats_slots(mp: pytest.MonkeyPatch) -> Scraper:
+    """The command line says --spec-type none while /slots says draft-simple: the command line wins."""
+    cmdline = ("llama-server", "-m", "/srv/models/t.gguf", "--spec-type", "none")
+    mp.setattr(state_module, "read_process", lambda pid: replace(fake_process(pid), cmdline=cmdline))
+    clock = FakeClock()
+    f = FakeFetcher()
+    s = fake_scraper(f, clock)
+    s.pid_source = FakeUnit()
+    return passes(s, clock)
+
+
+@state
+def state_slots_unreadable(mp: pytest.MonkeyPatch) -> Scraper:
+    """/slots fails from the start and no command line: speculation state unknown (not "off")."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    f.routes["/slots"] = Answer(500, b"boom")
+    return passes(fake_scraper(f, clock), clock, 2)
+
+
+@state
+def state_slots_lost_after_known(mp: pytest.MonkeyPatch) -> Scraper:
+    """/slots answered once, then fails: the state and the info labels stay as they were."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    s = passes(fake_scraper(f, clock), clock)
+    f.routes["/slots"] = Answer(body=b"[]")
+    return passes(s, clock, 2)
+
+
+@state
+def state_server_down_from_start(mp: pytest.MonkeyPatch) -> Scraper:
+    """Nothing listens: up 0, everything unknown, no last-success timestamp."""
+    clock = FakeClock()
+    f = FakeFetcher({path: down(path) for path in ("/health", "/metrics", "/slots", "/props")})
+    return passes(fake_scraper(f, clock), clock, 2)
+
+
+@state
+def state_server_killed_after_traffic(mp: pytest.MonkeyPatch) -> Scraper:
+    """Figures existed; then the server went away: no figures, the last success stays, labels stay."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    s = traffic(f, fake_scraper(f, clock), clock)
+    f.routes.update({path: down(path) for path in ("/health", "/metrics", "/slots", "/props")})
+    return passes(s, clock, 3)
+
+
+@state
+def state_metrics_500s(mp: pytest.MonkeyPatch) -> Scraper:
+    """Figures existed; then /metrics answers HTTP 500 while /health is ok."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    s = traffic(f, fake_scraper(f, clock), clock)
+    f.routes["/metrics"] = Answer(500, b"boom")
+    return passes(s, clock, 7)
+
+
+@state
+def state_metrics_cut(mp: pytest.MonkeyPatch) -> Scraper:
+    """A /metrics body cut in the middle of a line: invalid, up 0."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    f.routes["/metrics"] = Answer(body=SPEC_METRICS[: len(SPEC_METRICS) // 2].encode())
+    return passes(fake_scraper(f, clock), clock)
+
+
+@state
+def state_metrics_duplicated(mp: pytest.MonkeyPatch) -> Scraper:
+    """Every sample of /metrics twice: invalid, up 0."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    body = "".join(line + "\n" + ("" if line.startswith("#") else line + "\n") for line in SPEC_METRICS.splitlines())
+    f.routes["/metrics"] = Answer(body=body.encode())
+    return passes(fake_scraper(f, clock), clock)
+
+
+@state
+def state_counters_backwards_then_nan(mp: pytest.MonkeyPatch) -> Scraper:
+    """The issue's 278.3: counters go down in a pass with a NaN draft counter; then two good passes."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    s = fake_scraper(f, clock)
+    for accepted, drafted in ((1000, 1000), (835, "NaN"), (835, 3), (835, 6)):
+        f.routes["/metrics"] = Answer(body=metrics_body({ACCEPTED: accepted, DRAFT_TOKENS: drafted, DRAFTS: 100,
+                                                         PREDICTED: 957, PREDICTED_SECONDS: 20}))
+        passes(s, clock)
+    return s
+
+
+@state
+def state_window_gone_stale(mp: pytest.MonkeyPatch) -> Scraper:
+    """Figures existed, then no pass for longer than twice the window (a stalled exporter): none shown."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    s = traffic(f, fake_scraper(f, clock, window=60), clock)
+    clock.advance(121)
+    return s
+
+
+# ---- the comparison ----------------------------------------------------------------------------------------
+
+def render(scraper: Scraper) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SpecopsCollector(scraper))
+    return generate_latest(registry).decode()
+
+
+@pytest.mark.parametrize("name", sorted(STATES))
+def test_exposition_matches_golden(name, monkeypatch):
+    text = render(STATES[name](monkeypatch))
+    assert render(STATES[name](monkeypatch)) == text, "the exposition is not deterministic"
+    path = GOLDEN / f"{name}.prom"
+    if UPDATE:
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return
+    assert path.exists(), f"{path} missing: run with SPECOPS_UPDATE_GOLDEN=1 and review the new file"
+    golden = path.read_text()
+    if text != golden:
+        diff = "".join(difflib.unified_diff(golden.splitlines(True), text.splitlines(True),
+                                            f"golden/{name}.prom", "exporter output"))
+        pytest.fail(f"exposition differs from golden/{name}.prom (SPECOPS_UPDATE_GOLDEN=1 to accept):\n{diff}")
+
+
+def test_no_golden_without_a_state():
+    orphans = sorted(p.stem for p in GOLDEN.glob("*.prom") if p.stem not in STATES)
+    assert not orphans, f"golden files without a state: {orphans}"
