@@ -42,6 +42,17 @@ def test_another_key_set_or_source_starts_a_new_segment():
     assert w.increase("c") is None
 
 
+def test_a_series_appearing_at_its_first_increment_keeps_the_segment():
+    # llama-server's per-position acceptance series appear when first incremented: a fresh server's first
+    # speculative request must give figures at once (the exporter's live restart test waited forever)
+    w = CounterWindow(600)
+    w.observe(0.0, {"accepted": 0, "drafted": 0})
+    assert not w.observe(1.0, {"accepted": 6, "drafted": 8, "pos0": 4})
+    assert w.ratio("accepted", "drafted") == 0.75 and w.increase("pos0") == 4
+    assert w.observe(2.0, {"accepted": 7, "drafted": 9})  # a series vanished: a new segment
+    assert w.increase("accepted") is None
+
+
 def test_points_older_than_twice_the_window_leave_it():
     w = CounterWindow(10)
     w.observe(0.0, {"c": 0})

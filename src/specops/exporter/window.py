@@ -2,9 +2,11 @@
 
 The window holds one *segment*: consecutive good passes with the same source and the same set of counters,
 in which no counter went down. Anything else starts a new segment: a known restart (PID change), another
-source or key set, any counter going backwards. The caller restarts it outright after a pass that was not
-good. Every increase is then ``last - first`` within one segment, so it is never negative and all counters'
-increases cover exactly the same passes: a ratio of two of them compares like with like.
+source, a counter that vanished, any counter going backwards. A counter that appears is a labelled series
+created at its first increment: it was zero in the segment's earlier passes. The caller restarts the window
+outright after a pass that was not good. Every increase is then ``last - first`` within one segment, so it is
+never negative and all counters' increases cover exactly the same passes: a ratio of two of them compares like
+with like.
 
 Points older than twice the window leave it; fewer than two points left means no figure at all.
 """
@@ -35,12 +37,17 @@ class CounterWindow:
         """Add one good pass; True when it starts a new segment."""
         last = self._points[-1] if self._points else None
         new_segment = (
-            reset or last is None or source != self._source or values.keys() != last.values.keys()
-            or any(v < last.values[k] for k, v in values.items())
+            reset or last is None or source != self._source or not values.keys() >= last.values.keys()
+            or any(v < last.values.get(k, 0.0) for k, v in values.items())
         )
         if new_segment:
             self._points.clear()
             self._source = source
+        elif values.keys() != last.values.keys():
+            # a labelled series appears the first time it is incremented (llama-server's per-position
+            # acceptance): absent from the same process's earlier passes means zero there
+            grown = values.keys() - last.values.keys()
+            self._points = deque(_Point(p.t, {**p.values, **dict.fromkeys(grown, 0.0)}) for p in self._points)
         self._points.append(_Point(t, dict(values)))
         self._trim(t)
         return new_segment
