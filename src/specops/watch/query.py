@@ -1,0 +1,150 @@
+"""Read the report's data from Prometheus' HTTP API (query_range, query, the ALERTS series)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from specops.watch.dashboard import Panel
+
+MAX_POINTS = 720  # per series: a 12 h window at one point a minute
+
+
+class PrometheusError(Exception):
+    pass
+
+
+def step_for(range_s: float) -> float:
+    return float(max(15, math.ceil(range_s / MAX_POINTS)))
+
+
+def legend(fmt: str, labels: dict[str, str]) -> str:
+    text = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt).strip()
+    return text or "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def _points(values: list[list[Any]]) -> list[tuple[float, float]]:
+    out = []
+    for t, v in values:
+        x = float(v)
+        if math.isfinite(x):
+            out.append((float(t), x))
+    return out
+
+
+@dataclass
+class Series:
+    target: int  # index into the panel's targets
+    name: str  # the panel's legend with the labels filled in
+    labels: dict[str, str]
+    points: list[tuple[float, float]]  # (unix time, value), finite values only
+
+    @property
+    def instance(self) -> str:
+        return self.labels.get("instance", "?")
+
+
+@dataclass
+class PanelData:
+    panel: Panel
+    series: list[Series] = field(default_factory=list)
+
+
+@dataclass
+class Alert:
+    name: str
+    instance: str
+    severity: str
+    start: float
+    end: float  # the last sample seen firing
+    ongoing: bool  # still firing at the end of the window
+
+
+@dataclass
+class Watch:
+    url: str
+    start: float
+    end: float
+    step: float
+    panels: list[PanelData]
+    restarts: dict[str, float]  # instance -> increase over the window (the dashboard's "Restarts in range")
+    alerts: list[Alert]
+
+    @property
+    def instances(self) -> list[str]:
+        names = {s.instance for p in self.panels for s in p.series} | set(self.restarts)
+        names |= {a.instance for a in self.alerts if a.instance != "?"}
+        return sorted(names)
+
+
+class Prometheus:
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _get(self, path: str, params: dict[str, Any]) -> Any:
+        try:
+            resp = self._http.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise PrometheusError(f"cannot reach Prometheus at {self.url}: {exc or type(exc).__name__}") from exc
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise PrometheusError(f"{self.url}{path} answered HTTP {resp.status_code}, not Prometheus JSON") from exc
+        if not isinstance(body, dict) or body.get("status") != "success":
+            err = body.get("error") if isinstance(body, dict) else body
+            raise PrometheusError(f"{self.url}{path} failed (HTTP {resp.status_code}): {err}")
+        return body["data"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        data = self._get("/api/v1/query_range", {"query": expr, "start": start, "end": end, "step": step})
+        return list(data.get("result") or [])
+
+    def query(self, expr: str, at: float) -> list[dict[str, Any]]:
+        data = self._get("/api/v1/query", {"query": expr, "time": at})
+        return list(data.get("result") or [])
+
+
+def alerts_from(series: list[dict[str, Any]], step: float, end: float) -> list[Alert]:
+    """Firing intervals from ``ALERTS{alertstate="firing"}``: samples further apart than 1.5 steps split them."""
+    out = []
+    for s in series:
+        m = s.get("metric", {})
+        times = sorted(t for t, _ in _points(s.get("values", [])))
+        run: list[float] = []
+        for t in [*times, math.inf]:
+            if run and t - run[-1] > step * 1.5:
+                out.append(Alert(m.get("alertname", "?"), m.get("instance", "?"), m.get("severity", ""),
+                                 run[0], run[-1], ongoing=end - run[-1] <= step * 1.5))
+                run = []
+            run.append(t)
+    return sorted(out, key=lambda a: (a.start, a.name, a.instance))
+
+
+def collect(prom: Prometheus, panels: list[Panel], restarts: Panel, start: float, end: float,
+            step: float) -> Watch:
+    data = []
+    for p in panels:
+        pd = PanelData(p)
+        for i, t in enumerate(p.targets):
+            for s in prom.query_range(t.expr, start, end, step):
+                labels = {k: str(v) for k, v in s.get("metric", {}).items()}
+                pts = _points(s.get("values", []))
+                if pts:
+                    pd.series.append(Series(i, legend(t.legend, labels), labels, pts))
+        data.append(pd)
+    increases: dict[str, float] = {}
+    for t in restarts.targets:
+        for s in prom.query(t.expr, end):
+            v = float(s["value"][1])
+            if math.isfinite(v):
+                increases[s.get("metric", {}).get("instance", "?")] = v
+    alerts = alerts_from(prom.query_range('ALERTS{alertstate="firing"}', start, end, step), step, end)
+    return Watch(prom.url, start, end, step, data, increases, alerts)

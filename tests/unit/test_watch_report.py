@@ -1,0 +1,172 @@
+"""``specops report`` against an in-process fake Prometheus returning canned query_range / query JSON."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from specops import cli
+from specops.watch import dashboard
+
+A, B = "hosta:9840", "hostb:9840"
+
+
+def matrix(instance: str, values: list[float], extra: dict | None = None) -> dict:
+    now = time.time()
+    n = len(values)
+    return {"metric": {"instance": instance, **(extra or {})},
+            "values": [[now - 60 * (n - i), str(v)] for i, v in enumerate(values)]}
+
+
+class FakeProm(BaseHTTPRequestHandler):
+    queries: ClassVar[list[str]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        q = parse_qs(url.query).get("query", [""])[0]
+        FakeProm.queries.append(q)
+        if url.path == "/api/v1/query":
+            result = [{"metric": {"instance": A}, "value": [time.time(), "2"]}] if "restarts" in q else []
+            data = {"resultType": "vector", "result": result}
+        elif url.path == "/api/v1/query_range":
+            data = {"resultType": "matrix", "result": self.series(q)}
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        body = json.dumps({"status": "success", "data": data}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    @staticmethod
+    def series(q: str) -> list[dict]:
+        if q.startswith("ALERTS"):
+            now = time.time()
+            step = 60  # ≥ the report's step for --since 12h: two runs separated by a gap
+            alert = {"alertname": "SpeculationNotPaying", "instance": A, "severity": "warning",
+                     "alertstate": "firing"}
+            vals = [[now - 3600 + step * i, "1"] for i in range(5)] + [[now - 600, "1"]]
+            return [{"metric": alert, "values": vals}]
+        if "acceptance_ratio" in q:
+            return [matrix(A, [0.5, 0.75, 0.75]), matrix(B, [0.25, 0.25])]
+        if "plain_decode" in q:
+            return [matrix(A, [11.0, 11.0, 11.0])]
+        if "decode_tokens_per_second" in q:
+            return [matrix(A, [10.0, 12.0, 14.0])]
+        if "resident_memory" in q:
+            return [matrix(A, [2**30, 2**30]), matrix(B, [2**29])]
+        if "mean_acceptance_length" in q:
+            return [matrix(A, [2.0, "NaN"])]  # type: ignore[list-item]
+        return []  # anonymous memory, restarts, scrape errors, break-even: nothing
+
+
+@pytest.fixture
+def prom() -> Iterator[str]:
+    FakeProm.queries = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeProm)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=30)
+
+
+def report(tmp_path: Path, *argv: str) -> int:
+    return cli.main(["report", "--report-dir", str(tmp_path / "reports"), *argv])
+
+
+def test_report_writes_markdown_and_one_png_per_instance(prom: str, tmp_path: Path, capsys) -> None:
+    assert report(tmp_path, "--since", "12h", "--prometheus", prom) == 0
+    files = sorted(p.name for p in (tmp_path / "reports").iterdir())
+    md_name = next(f for f in files if f.endswith(".md"))
+    assert md_name.startswith("watch-") and md_name.endswith("Z.md")
+    stamp = md_name[len("watch-"):-len(".md")]
+    assert files == sorted([md_name, f"watch-{stamp}-hosta_9840.png", f"watch-{stamp}-hostb_9840.png"])
+    for png in (f for f in files if f.endswith(".png")):
+        assert (tmp_path / "reports" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (tmp_path / "reports" / md_name).read_text()
+    assert f"## {A}" in md and f"## {B}" in md
+    assert f"![{A}](watch-{stamp}-hosta_9840.png)" in md
+    assert f"| {A} | 75.0 % | 50.0 % | 66.7 % | 75.0 % | 3 |" in md  # acceptance: last, min, mean, max
+    assert f"| {A} | 14 | 10 | 12 | 14 | 3 |" in md  # decode tokens/s
+    assert f"| {A} plain (speed gate) | 11 | 11 | 11 | 11 | 3 |" in md
+    assert f"| {A} RSS | 1024.0 MiB |" in md
+    assert f"| {A} | 2 | 2 | 2 | 2 | 1 |" in md  # mean acceptance length: the NaN sample is dropped
+    assert "Restarts in the window: 2" in md
+    assert "wrote " in capsys.readouterr().out
+
+
+def test_missing_series_say_no_data_never_a_number(prom: str, tmp_path: Path) -> None:
+    assert report(tmp_path, "--prometheus", prom) == 0
+    md = next((tmp_path / "reports").glob("*.md")).read_text()
+    section_b = md.split(f"## {B}")[1].split("## Alerts")[0]
+    assert f"| {B} plain (speed gate) | no data |" in section_b
+    assert f"| {B} | no data |" in section_b  # decode tokens/s, mean acceptance length
+    assert f"| {B} anonymous | no data |" in section_b
+    assert "Restarts in the window: no data" in section_b
+    section_a = md.split(f"## {A}")[1].split(f"## {B}")[0]
+    assert f"| {A} anonymous | no data |" in section_a
+    scrape = section_a.split("Scrape errors")[1]
+    assert scrape.splitlines()[1] == f"| {A} | no data | | | | |"  # unknown labels of the legend dropped
+    assert "{{" not in md
+
+
+def test_alerts_that_fired_with_their_times(prom: str, tmp_path: Path) -> None:
+    assert report(tmp_path, "--prometheus", prom) == 0
+    md = next((tmp_path / "reports").glob("*.md")).read_text()
+    alerts = md.split("## Alerts that fired")[1]
+    rows = [line for line in alerts.splitlines() if line.startswith("| SpeculationNotPaying")]
+    assert len(rows) == 2, alerts  # the gap splits the two firings
+    assert all(f"| {A} | warning | " in r and r.count(" UTC") == 2 for r in rows)
+    assert "still firing" not in alerts
+
+
+def test_queries_come_from_the_dashboard_with_grafana_variables_substituted(prom: str, tmp_path: Path) -> None:
+    assert report(tmp_path, "--prometheus", prom, "--since", "1h") == 0
+    panels = dashboard.load()
+    variables = dashboard.grafana_vars(3600, 15)
+    expected = {t.expr for p in dashboard.select(panels, dashboard.RANGE_PANELS, variables) for t in p.targets}
+    assert expected <= set(FakeProm.queries)
+    assert not any("$" in q for q in FakeProm.queries)
+    assert any('increase(llamacpp_systemd_restarts_total{instance=~".+"}[3600s])' in q for q in FakeProm.queries)
+
+
+@pytest.mark.parametrize("since", ["abc", "-1h", "0h", "12", ""])
+def test_bad_since_is_one_line_exit_2_nothing_written(since: str, tmp_path: Path, capsys) -> None:
+    assert report(tmp_path, f"--since={since}", "--prometheus", "http://127.0.0.1:9") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--since" in err
+    assert not (tmp_path / "reports").exists()
+
+
+def test_unreachable_prometheus_is_one_line_exit_2_nothing_written(tmp_path: Path, capsys) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert report(tmp_path, "--prometheus", f"http://127.0.0.1:{port}") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach Prometheus" in err
+    assert not (tmp_path / "reports").exists()
+
+
+def test_every_report_panel_is_on_the_dashboard() -> None:
+    panels = dashboard.load()
+    for title in (*dashboard.RANGE_PANELS, dashboard.RESTARTS_IN_RANGE):
+        assert title in panels
