@@ -170,3 +170,13 @@ def test_every_report_panel_is_on_the_dashboard() -> None:
     panels = dashboard.load()
     for title in (*dashboard.RANGE_PANELS, dashboard.RESTARTS_IN_RANGE):
         assert title in panels
+
+
+def test_a_panel_with_many_series_folds_those_that_stayed_at_zero() -> None:
+    from specops.watch.query import FOLD_AFTER, Series, shown
+
+    quiet = [Series(0, f"k{i}", {"instance": "h:9840"}, [(0.0, 0.0), (15.0, 0.0)]) for i in range(FOLD_AFTER)]
+    busy = Series(0, "busy", {"instance": "h:9840"}, [(0.0, 0.0), (15.0, 0.2)])
+    keep, folded = shown([*quiet, busy])
+    assert keep == [busy] and folded == FOLD_AFTER
+    assert shown(quiet) == (quiet, 0)  # few series: every one is shown, zeros included

@@ -10,7 +10,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from specops.watch.query import Watch
+from specops.watch.query import Watch, shown
 
 # targets drawn as a dashed reference line (the speed gate's figures), by panel title -> target index
 REFERENCES = {"Draft acceptance vs this host's break-even": 1, "Decode speed vs plain decoding on this host": 1}
@@ -39,9 +39,10 @@ def plot_instance(watch: Watch, instance: str, path: Path) -> Path:
         scale, unit = UNIT_SCALE.get(pd.panel.unit, (1.0, ""))
         ref = REFERENCES.get(pd.panel.title)
         drawn = 0
-        for s in pd.series:
-            if s.instance != instance:
-                continue
+        keep, folded = shown([s for s in pd.series if s.instance == instance])
+        if folded:
+            ax.plot([], [], ls="none", label=f"{folded} more series at 0 throughout")
+        for s in keep:
             xs = [_utc(t) for t, _ in s.points]
             ys = [v / scale for _, v in s.points]
             if s.target == ref:
@@ -49,7 +50,7 @@ def plot_instance(watch: Watch, instance: str, path: Path) -> Path:
             else:
                 ax.plot(xs, ys, lw=1.2, marker="o" if len(xs) < 30 else None, ms=3, label=s.name)
             drawn += 1
-        if drawn:
+        if drawn or folded:
             ax.legend(loc="lower left", fontsize=7, ncol=3)
         else:
             ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="gray")

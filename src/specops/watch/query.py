@@ -47,6 +47,22 @@ class Series:
     def instance(self) -> str:
         return self.labels.get("instance", "?")
 
+    @property
+    def zero(self) -> bool:
+        """0 at every point (an error counter's rate that never moved)."""
+        return all(v == 0 for _, v in self.points)
+
+
+FOLD_AFTER = 4  # a panel with more series than this for one instance folds those that stayed at 0
+
+
+def shown(series: list[Series]) -> tuple[list[Series], int]:
+    """The series worth a line or a row, and how many were folded for staying at 0 throughout."""
+    if len(series) <= FOLD_AFTER:
+        return series, 0
+    keep = [s for s in series if not s.zero]
+    return keep, len(series) - len(keep)
+
 
 @dataclass
 class PanelData:

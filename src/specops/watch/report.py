@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specops.watch.plots import plot_instance, slug
-from specops.watch.query import Series, Watch, legend
+from specops.watch.query import Series, Watch, legend, shown
 
 NO_DATA = "no data"
 
@@ -43,7 +43,10 @@ def instance_section(watch: Watch, instance: str, png: str) -> list[str]:
             mine = [s for s in pd.series if s.target == i and s.instance == instance]
             if not mine:
                 lines.append(_row(legend(target.legend, {"instance": instance}), None, pd.panel.unit))
-            lines.extend(_row(s.name, s, pd.panel.unit) for s in mine)
+            keep, folded = shown(mine)
+            lines.extend(_row(s.name, s, pd.panel.unit) for s in keep)
+            if folded:
+                lines.append(f"| {folded} more series | 0 throughout | | | | |")
     return [*lines, ""]
 
 
