@@ -150,7 +150,7 @@ def render_config(profile: TabbyProfile) -> dict[str, Any]:
     if profile.ngram_match_min is not None and profile.draft_mode == "ngram":
         draft["ngram_match_min"] = profile.ngram_match_min
     return {
-        "network": {"host": profile.host, "port": profile.port, "disable_auth": False, "api_servers": ["OAI"]},
+        "network": {"host": profile.host, "port": profile.port, "disable_auth": False, "api_servers": ["oai"]},
         "logging": {"log_prompt": False, "log_generation_params": False, "log_requests": False},
         "model": model,
         "draft_model": draft,

@@ -18,7 +18,8 @@ Per GPU in use: a CUDA context and allocator slack of :data:`CUDA_CONTEXT` and t
 loads the draft first with the autosplit loader, then the target: with ``gpu_split`` [GiB per GPU], each GPU's
 share holds weights and scratch, layers in order (ExLlamaV2 ``set_device_map``), the cache goes on top on the
 same GPUs; without it, autosplit fills GPU 0, then GPU 1, ... leaving ``autosplit_reserve`` MiB (default 96 on
-GPU 0) free.
+GPU 0) free -- here, the larger of that and the margin (default 10 % of the GPU, at least 512 MiB), so that a
+layout this estimate accepts keeps its margin on every GPU.
 """
 
 from __future__ import annotations
@@ -231,7 +232,8 @@ def _place(label: str, shape: Shape, bpw: float, tokens: int, mode: str, p: Tabb
     def room(g: int, need: int) -> bool:
         if budget is not None:
             return spent[g] + need + (0 if g in where else scratch) <= budget[g]
-        return gpus[g].used + need + (0 if g in where else CUDA_CONTEXT + scratch) <= gpus[g].total - reserve[g]
+        keep = max(reserve[g], parse_margin(p.margin, gpus[g].total))  # autosplit leaves the margin free
+        return gpus[g].used + need + (0 if g in where else CUDA_CONTEXT + scratch) <= gpus[g].total - keep
 
     for layer in range(shape.layers + 1):
         is_head = layer == shape.layers
