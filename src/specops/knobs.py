@@ -16,7 +16,7 @@ of 0c1e57098's ``--help`` (``tests/fixtures/llama-server-0c1e57098/llama-server_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 SPEC = "spec"  # April 2026 on: --spec-draft-n-max, --spec-type (the pinned commit 0c1e57098)
@@ -77,6 +77,11 @@ class Knob:
 
     def for_value(self, value: str) -> str | None:
         return dict(self.value_flags).get(value)
+
+    @property
+    def own_spellings(self) -> tuple[str, ...]:
+        """The setting's own spellings in every era (not the n-gram types' nor value flags)."""
+        return tuple(dict.fromkeys((*self.flags, *(self.legacy or ()), *self.aliases)))
 
     @property
     def all_spellings(self) -> tuple[str, ...]:
@@ -220,16 +225,6 @@ def spell(era: str = SPEC, **settings: object) -> str:
         else:
             words += [k.short(era), str(value)]
     return " ".join(words)
-
-
-def value_flags() -> Iterator[tuple[str, Knob]]:
-    """Every spelling that takes a value, with its knob (for command-line readers)."""
-    for k in KNOBS:
-        if k.type == "bool":
-            continue
-        for flag in k.all_spellings:
-            if flag not in (f for _v, f in k.value_flags):
-                yield flag, k
 
 
 def markdown_table() -> str:
