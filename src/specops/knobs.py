@@ -69,8 +69,10 @@ class Knob:
         return self.flags[0]
 
     def short(self, era: str = SPEC) -> str:
-        """The shortest spelling (``-fa``), for prose such as "-fa on -ctv q8_0"."""
-        return min(self.spellings(era), key=len)
+        """The short spelling (``-fa``) where there is one, else the preferred: for prose such as
+        "-fa on -ctv q8_0"."""
+        spellings = self.spellings(era)
+        return min((f for f in spellings if not f.startswith("--")), key=len, default=spellings[0])
 
     def for_spec_type(self, spec_type: str) -> str | None:
         return dict(self.per_spec_type).get(spec_type)
@@ -97,7 +99,12 @@ class Knob:
 
     @property
     def role_var(self) -> str:
-        return f"llama_server_{self.name}"
+        """The service role's variable: ``llama_server_<name>`` (a few still wait for their rename)."""
+        return ROLE_NAMES_PENDING.get(self.name, f"llama_server_{self.name}")
+
+
+# role variables not yet called llama_server_<name> (the role side renames them; a test keeps this honest)
+ROLE_NAMES_PENDING = {"model": "llama_server_target_model"}
 
 
 def _ngram(kind: str) -> tuple[tuple[str, str], ...]:
@@ -106,8 +113,9 @@ def _ngram(kind: str) -> tuple[tuple[str, str], ...]:
 
 KNOBS: tuple[Knob, ...] = (
     # ---- models --------------------------------------------------------------------------------------
-    Knob("model", "path", "target model GGUF path", ("--model", "-m"), fit=True),
-    Knob("draft_model", "path", "draft model GGUF path; empty = no draft model",
+    Knob("model", "path", "target model GGUF path (default: the models role's target, in llama_server_models_dir)",
+         ("--model", "-m"), fit=True, llama_bench="-m"),
+    Knob("draft_model", "path", "draft model GGUF path (default: the models role's draft); empty = no draft model",
          ("--spec-draft-model", "-md", "--model-draft"), fit=True),
     # ---- speculation ---------------------------------------------------------------------------------
     Knob("spec_type", "str", "auto (draft-simple with a draft model, else none), none, default "
@@ -246,6 +254,8 @@ def markdown_table() -> str:
         name = f"`{k.role_var}`" if k.role else f"`{k.name}` (profile only)"
         spec = ", ".join(f"`{f}`" for f in k.flags) or ", ".join(
             f"`{f}` ({t})" for t, f in k.per_spec_type) or "—"
+        if k.off_flags:
+            spec += " (off: " + ", ".join(f"`{f}`" for f in k.off_flags) + ")"
         if k.legacy is not None and k.legacy != k.flags:
             spec += " / " + (", ".join(f"`{f}`" for f in k.legacy) or "none")
         lines.append(f"| {name} | {cell(k.default)} | {cell(k.llama_default)} | {spec} | "
