@@ -1,7 +1,8 @@
 """The one place where a profile becomes llama-server's argv.
 
 The systemd unit (through the Ansible filter plugin), ``specops bench`` and ``specops soak`` all call
-:func:`build_argv`; nothing else in the project spells llama-server flags. Every flag emitted is
+:func:`build_argv`. The spellings come from the knob table (:mod:`specops.knobs`), the only module that
+spells llama-server flags; this one decides which knobs are written, in which order, and when. Every flag emitted is
 checked against the capabilities of the binary that will run it, so a removed flag (``--draft-max``
 on 2026 builds) or an unknown one fails here, at preflight, instead of in a systemd crash loop.
 """
@@ -11,7 +12,12 @@ from __future__ import annotations
 import shlex
 
 from specops.capabilities import Capabilities
-from specops.profile import DRAFT_TYPES, NGRAM_TYPES, ServerProfile
+from specops.knobs import DRAFT_TYPES, KNOBS, NGRAM_TYPES, SPEC, knob
+from specops.profile import ServerProfile
+
+# the draft-model knobs, in the order they are written after the draft model and its type
+DRAFT_KNOBS = ("draft_n_max", "draft_n_min", "draft_p_min", "draft_ngl", "draft_threads", "draft_cache_type_k",
+               "draft_cache_type_v")
 
 
 class FlagError(ValueError):
@@ -38,109 +44,89 @@ def _need(caps: Capabilities, what: str, *spellings: str) -> str:
     return flag
 
 
+def _flag(caps: Capabilities, name: str, era: str = SPEC) -> str:
+    """The spelling of knob ``name`` this binary accepts; FlagError when it accepts none."""
+    return _need(caps, name, *knob(name).spellings(era))
+
+
+def _valued(caps: Capabilities, p: ServerProfile, names: tuple[str, ...], era: str = SPEC) -> list[str]:
+    """``FLAG VALUE`` for each knob of ``names`` the profile sets (``None`` = leave llama.cpp's default)."""
+    args: list[str] = []
+    for name in names:
+        value = getattr(p, name)
+        if value is not None:
+            args += [_flag(caps, name, era), f"{float(value):g}" if knob(name).type == "float" else str(value)]
+    return args
+
+
 def _speculative_args(p: ServerProfile, caps: Capabilities) -> list[str]:
     spec = p.effective_spec_type
     era = caps.spec_era
+    spec_type = knob("spec_type")
     args: list[str] = []
     if spec == "none":
         # An explicit baseline: newer builds may turn n-gram speculation on by default.
         if caps.has_spec_type:
-            args += ["--spec-type", "none"]
+            args += [spec_type.flag, "none"]
         return args
-    if spec == "default":
-        args.append(_need(caps, "spec_type default", "--spec-default"))
+    if (own_flag := spec_type.for_value(spec)) is not None:  # "default": llama.cpp's own config
+        args.append(_need(caps, f"spec_type {spec}", own_flag))
         return args
 
     if spec in DRAFT_TYPES:
-        args += [_need(caps, "draft model", "--spec-draft-model", "-md", "--model-draft"), str(p.draft_model)]
+        args += [_need(caps, "draft model", *knob("draft_model").flags), str(p.draft_model)]
         if caps.has_spec_type:
             if caps.spec_types and spec not in caps.spec_types:
                 raise FlagError(f"spec_type {spec} is not offered by this build ({', '.join(caps.spec_types)})")
-            args += ["--spec-type", spec]
+            args += [spec_type.flag, spec]
         elif spec != "draft-simple":
-            raise FlagError(f"spec_type {spec} needs a build with --spec-type; this one only has draft-simple")
-        if era == "legacy":
-            n_max, n_min, p_min = ("--draft-max", "--draft"), ("--draft-min",), ("--draft-p-min",)
-        else:
-            n_max, n_min, p_min = ("--spec-draft-n-max",), ("--spec-draft-n-min",), (
-                "--spec-draft-p-min",
-                "--draft-p-min",
-            )
-        if p.draft_n_max is not None:
-            args += [_need(caps, "draft_n_max", *n_max), str(p.draft_n_max)]
-        if p.draft_n_min is not None:
-            args += [_need(caps, "draft_n_min", *n_min), str(p.draft_n_min)]
-        if p.draft_p_min is not None:
-            args += [_need(caps, "draft_p_min", *p_min), f"{float(p.draft_p_min):g}"]
-        if p.draft_ngl is not None:
-            args += [
-                _need(caps, "draft_ngl", "--spec-draft-ngl", "-ngld", "--gpu-layers-draft"),
-                str(p.draft_ngl),
-            ]
-        if p.draft_threads is not None:
-            args += [_need(caps, "draft_threads", "--spec-draft-threads", "-td", "--threads-draft"),
-                     str(p.draft_threads)]
-        if p.draft_cache_type_k is not None:
-            args += [_need(caps, "draft_cache_type_k", "--spec-draft-type-k", "-ctkd"), p.draft_cache_type_k]
-        if p.draft_cache_type_v is not None:
-            args += [_need(caps, "draft_cache_type_v", "--spec-draft-type-v", "-ctvd"), p.draft_cache_type_v]
-        return args
+            raise FlagError(f"spec_type {spec} needs a build with {spec_type.flag}; this one only has draft-simple")
+        return args + _valued(caps, p, DRAFT_KNOBS, era)
 
     if spec in NGRAM_TYPES:
         if not caps.has_spec_type or (caps.spec_types and spec not in caps.spec_types):
             raise FlagError(f"spec_type {spec} is not offered by this build")
-        args += ["--spec-type", spec]
-        if spec == "ngram-mod":
-            knobs = (("draft_n_max", "--spec-ngram-mod-n-max"), ("draft_n_min", "--spec-ngram-mod-n-min"),
-                     ("ngram_size_n", "--spec-ngram-mod-n-match"))
-        elif spec == "ngram-cache":
-            knobs = (("draft_n_max", "--spec-draft-n-max"),)
-        else:
-            knobs = (("ngram_size_n", f"--spec-{spec}-size-n"), ("ngram_size_m", f"--spec-{spec}-size-m"),
-                     ("ngram_min_hits", f"--spec-{spec}-min-hits"))
-        for attr, flag in knobs:
-            value = getattr(p, attr)
-            if value is not None:
-                args += [_need(caps, attr, flag), str(value)]
+        args += [spec_type.flag, spec]
+        for k in KNOBS:
+            flag = k.for_spec_type(spec)
+            value = getattr(p, k.name, None) if flag else None
+            if flag is not None and value is not None:
+                args += [_need(caps, k.name, flag), str(value)]
         return args
     raise FlagError(f"unsupported spec_type {spec}")
+
+
+def _switch(caps: Capabilities, name: str, value: bool | None) -> list[str]:
+    """A boolean knob: its flag when true, its off flag when false, nothing when unset."""
+    k = knob(name)
+    if value is None:
+        return []
+    spellings = k.flags if value else k.off_flags
+    return [_need(caps, f"{name}={str(value).lower()}", *spellings)] if spellings else []
 
 
 def build_argv(profile: ServerProfile, caps: Capabilities, binary: str = "llama-server") -> list[str]:
     """Return the full argv (binary first) for ``profile`` on a binary with ``caps``."""
     p = profile
     p.validate()
-    argv: list[str] = [binary, _need(caps, "model", "--model", "-m"), p.model]
-    argv += [_need(caps, "host", "--host"), p.host, _need(caps, "port", "--port"), str(p.port)]
-    argv += [_need(caps, "ctx_size", "--ctx-size", "-c"), str(p.ctx_size)]
-    argv += [_need(caps, "parallel", "--parallel", "-np"), str(p.parallel)]
-    if p.ngl is not None:
-        argv += [_need(caps, "ngl", "--gpu-layers", "-ngl", "--n-gpu-layers"), str(p.ngl)]
-    if p.threads is not None:
-        argv += [_need(caps, "threads", "--threads", "-t"), str(p.threads)]
-    if p.threads_batch is not None:
-        argv += [_need(caps, "threads_batch", "--threads-batch", "-tb"), str(p.threads_batch)]
-    if p.flash_attn is not None:
-        argv += [_need(caps, "flash_attn", "--flash-attn", "-fa"), p.flash_attn]
-    if p.cache_type_k is not None:
-        argv += [_need(caps, "cache_type_k", "--cache-type-k", "-ctk"), p.cache_type_k]
-    if p.cache_type_v is not None:
-        argv += [_need(caps, "cache_type_v", "--cache-type-v", "-ctv"), p.cache_type_v]
+    argv: list[str] = [binary]
+    for name in ("model", "host", "port", "ctx_size", "parallel"):  # always given
+        argv += [_flag(caps, name), str(getattr(p, name))]
+    argv += _valued(caps, p, ("ubatch_size", "ngl", "threads", "threads_batch", "flash_attn", "cache_type_k",
+                              "cache_type_v"))
+    argv += _switch(caps, "kv_unified", p.kv_unified)
     if p.repack is False:
-        argv.append(_need(caps, "repack=false", "--no-repack", "-nr"))
+        argv += _switch(caps, "repack", False)
     # builds from before the prompt cache have no --cache-ram and nothing to bound: the knob is skipped there
-    if p.cache_ram_mib is not None and (flag := _pick(caps, "--cache-ram", "-cram")):
+    if p.cache_ram_mib is not None and (flag := _pick(caps, *knob("cache_ram_mib").flags)):
         argv += [flag, str(p.cache_ram_mib)]
     if p.metrics:
-        argv.append(_need(caps, "metrics", "--metrics"))
-    if p.slots and _pick(caps, "--slots"):
-        argv.append("--slots")
-    if p.alias:
-        argv += [_need(caps, "alias", "--alias", "-a"), p.alias]
-    if p.api_key_file:
-        argv += [_need(caps, "api_key_file", "--api-key-file"), p.api_key_file]
+        argv += _switch(caps, "metrics", True)
+    if p.slots and _pick(caps, *knob("slots").flags):
+        argv += _switch(caps, "slots", True)
+    argv += _valued(caps, p, ("alias", "api_key_file"))
     if p.jinja:
-        argv.append(_need(caps, "jinja", "--jinja"))
+        argv += _switch(caps, "jinja", True)
     argv += _speculative_args(p, caps)
     argv += check_extra_args(p.extra_args, caps)
     return argv

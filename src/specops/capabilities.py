@@ -13,6 +13,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from specops.knobs import HELP_FLAG, VERSION_FLAG, era_of, knob
+
 REMOVED_MARKER = "the argument has been removed"
 
 # An option line starts at column 0 with a dash; its description starts after 2+ spaces
@@ -60,19 +62,15 @@ class Capabilities:
     def spec_era(self) -> str:
         """``spec`` for builds with ``--spec-draft-n-max`` (April 2026 on), ``legacy`` for
         builds that take ``--draft-max``, ``none`` for builds without speculative flags."""
-        if self.has("--spec-draft-n-max"):
-            return "spec"
-        if self.has("--draft-max"):
-            return "legacy"
-        return "none"
+        return era_of(self.has)
 
     @property
     def has_spec_type(self) -> bool:
-        return self.has("--spec-type")
+        return self.has(knob("spec_type").flag)
 
     @property
     def has_metrics(self) -> bool:
-        return self.has("--metrics")
+        return self.has(knob("metrics").flag)
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -149,9 +147,9 @@ def parse_help(help_text: str) -> Capabilities:
         caps.flags.update(opt.names)
         if opt.removed:
             caps.removed_flags.update(opt.names)
-        if "--spec-type" in opt.names and not opt.removed:
+        if knob("spec_type").flag in opt.names and not opt.removed:
             caps.spec_types = [t for t in opt.arg.split(",") if t]
-        if "--port" in opt.names:
+        if knob("port").flag in opt.names:
             port = _DEFAULT_PORT.search(opt.description)
             if port:
                 caps.default_port = int(port.group(1))
@@ -173,15 +171,15 @@ def parse_version(version_text: str, caps: Capabilities) -> Capabilities:
 def probe(binary: str | Path, timeout: float = 30.0) -> Capabilities:
     """Run the binary's ``--help`` and ``--version`` and parse both."""
     help_run = subprocess.run(
-        [str(binary), "--help"], capture_output=True, text=True, timeout=timeout, check=False
+        [str(binary), HELP_FLAG], capture_output=True, text=True, timeout=timeout, check=False
     )
-    if help_run.returncode != 0 or "--port" not in help_run.stdout + help_run.stderr:
+    if help_run.returncode != 0 or knob("port").flag not in help_run.stdout + help_run.stderr:
         raise RuntimeError(
-            f"{binary} --help failed (exit {help_run.returncode}); is it a llama-server binary?\n"
+            f"{binary} {HELP_FLAG} failed (exit {help_run.returncode}); is it a llama-server binary?\n"
             f"{help_run.stderr[-2000:]}"
         )
     caps = parse_help(help_run.stdout + "\n" + help_run.stderr)
     version_run = subprocess.run(
-        [str(binary), "--version"], capture_output=True, text=True, timeout=timeout, check=False
+        [str(binary), VERSION_FLAG], capture_output=True, text=True, timeout=timeout, check=False
     )
     return parse_version(version_run.stdout + "\n" + version_run.stderr, caps)

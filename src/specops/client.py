@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from specops.knobs import knob
+
 SPEC_DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED_TOKENS = "llamacpp:spec_decode_num_accepted_tokens_total"
 SPEC_DRAFTS = "llamacpp:spec_decode_num_drafts_total"
@@ -119,7 +121,7 @@ class LlamaServerClient:
     def metrics_text(self) -> str:
         resp = self._http.get("/metrics")
         if resp.status_code == 501:
-            raise ServerError("/metrics is disabled: start llama-server with --metrics")
+            raise ServerError(f"/metrics is disabled: start llama-server with {knob('metrics').flag}")
         if resp.status_code >= 400:
             raise ServerError(f"GET /metrics: HTTP {resp.status_code}")
         return resp.text

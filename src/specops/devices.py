@@ -11,6 +11,8 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from specops.knobs import LIST_DEVICES_FLAG
+
 # ggml device-name prefixes per build backend (ggml-cuda built for HIP names its devices ROCm<N>)
 DEVICE_PREFIXES: dict[str, tuple[str, ...]] = {
     "cuda": ("CUDA",),
@@ -66,10 +68,10 @@ def list_devices(server_bin: Path | str, env: dict[str, str] | None = None,
                  timeout: float = 120) -> tuple[list[Device], str]:
     """Run ``llama-server --list-devices``; returns the devices and the full output (for diagnosis)."""
     try:
-        proc = subprocess.run([str(server_bin), "--list-devices"], capture_output=True, text=True,
+        proc = subprocess.run([str(server_bin), LIST_DEVICES_FLAG], capture_output=True, text=True,
                               timeout=timeout, env=env, check=False)
     except subprocess.TimeoutExpired as exc:
-        raise DeviceError(f"{server_bin} --list-devices did not finish in {timeout:.0f} s (driver hang?)") from exc
+        raise DeviceError(f"{server_bin} {LIST_DEVICES_FLAG} did not finish in {timeout:.0f} s (driver hang?)") from exc
     output = proc.stdout + proc.stderr
     return parse_run(output, proc.returncode, str(server_bin)), output
 
@@ -83,7 +85,7 @@ def parse_run(output: str, returncode: int, what: str = "llama-server") -> list[
             hint = (" (the NVIDIA driver: install it, nvidia-smi must list the GPU)"
                     if lib.startswith("libcuda.so") else "")
             raise DeviceError(f"{what} cannot start on this host: {lib} is not installed{hint}")
-        raise DeviceError(f"{what} --list-devices exited {returncode}: {output.strip()[-500:]}")
+        raise DeviceError(f"{what} {LIST_DEVICES_FLAG} exited {returncode}: {output.strip()[-500:]}")
     return parse_list_devices(output)
 
 

@@ -51,16 +51,19 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from specops.devices import DeviceError, parse_list_devices, require_device
 from specops.ggufmeta import GGUFInfo, read
+from specops.knobs import CACHE_TYPES, LIST_DEVICES_FLAG, knob
 from specops.nvsmi import MIB_CELL, header_names, read_table
 
 MIB = 1024 * 1024
-CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 GPU_BACKENDS = ("cuda", "rocm", "hip")
 OVERHEAD = 128 * MIB
 DEFAULT_MARGIN = "10%,512MiB"
 NVIDIA_FIELDS = ("memory.total", "memory.used", "memory.free")  # what measure_memory asks nvidia-smi for
 _ROCM_TOTAL = re.compile(r"vram total memory \(b\)", re.IGNORECASE)
 _ROCM_USED = re.compile(r"vram (total )?used memory \(b\)", re.IGNORECASE)
+
+
+_C, _NP, _UB, _CRAM = (knob(n).flag for n in ("ctx_size", "parallel", "ubatch_size", "cache_ram_mib"))
 
 
 class FitError(ValueError):
@@ -140,20 +143,34 @@ class ModelShape:
         return act + mask + scores
 
 
+def deployed(name: str) -> Any:
+    """What the service deploys for knob ``name`` (our default, else llama.cpp's): ``specops fit``'s default."""
+    return knob(name).effective_default
+
+
+def unset(name: str) -> Any:
+    """llama-server's own default for knob ``name``: what it runs with when the flag is not given."""
+    return knob(name).llama_default
+
+
 @dataclass
 class FitParams:
-    ctx_size: int = 4096
-    parallel: int = 1
-    kv_unified: bool = False
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
-    draft_cache_type_k: str = "f16"
-    draft_cache_type_v: str = "f16"
-    ubatch: int = 512
-    flash_attn: bool = True
-    draft_n_max: int = 3
+    """The settings the estimate depends on (the knobs with ``fit=True``, same names). Unset, each is
+    llama-server's own default (a bare server), except the context shape, which is the service's, and the
+    prompt cache, counted only when given. ``specops fit`` starts from what the service deploys instead."""
+
+    ctx_size: int = deployed("ctx_size")
+    parallel: int = deployed("parallel")
+    kv_unified: bool = unset("kv_unified")
+    cache_type_k: str = unset("cache_type_k")
+    cache_type_v: str = unset("cache_type_v")
+    draft_cache_type_k: str = unset("draft_cache_type_k")
+    draft_cache_type_v: str = unset("draft_cache_type_v")
+    ubatch_size: int = unset("ubatch_size")
+    flash_attn: bool = unset("flash_attn") != "off"
+    draft_n_max: int = unset("draft_n_max")
     margin: str = DEFAULT_MARGIN
-    prompt_cache_mib: int = 0  # llama-server --cache-ram: host RAM its prompt cache may fill (default 8192)
+    cache_ram_mib: int = 0  # host RAM the prompt cache may fill (counted against host RAM only)
 
 
 @dataclass
@@ -346,7 +363,7 @@ def devices_memory(backend: str, list_devices_output: str) -> Memory:
     except DeviceError as exc:
         raise FitError(f"{exc}; or pass --memory-mib") from None
     return gpu_memory([{"total_mib": d.total_mib, "free_mib": d.free_mib} for d in devs],
-                      "llama-server --list-devices")
+                      f"llama-server {LIST_DEVICES_FLAG}")
 
 
 def measure_memory(backend: str, basis: str = "available", *, memory_mib: float | None = None,
@@ -372,13 +389,13 @@ def measure_memory(backend: str, basis: str = "available", *, memory_mib: float 
 def estimate(target: str | Path, draft: str | Path | None, params: FitParams, memory: Memory) -> FitReport:
     for t in (params.cache_type_k, params.cache_type_v, params.draft_cache_type_k, params.draft_cache_type_v):
         cache_type_bytes(t)
-    if params.parallel < 1 or params.ctx_size < 0 or params.ubatch < 1:
-        raise FitError("--parallel and --ubatch must be ≥ 1, --ctx-size ≥ 0")
+    if params.parallel < 1 or params.ctx_size < 0 or params.ubatch_size < 1:
+        raise FitError(f"{_NP} and {_UB} must be ≥ 1, {_C} ≥ 0")
     tshape = ModelShape.of(read(target))
     dshape = ModelShape.of(read(draft)) if draft else None
     n_ctx = params.ctx_size or tshape.context_length
     if not n_ctx:
-        raise FitError("--ctx-size 0 asks for the model's training context, but the GGUF does not say it")
+        raise FitError(f"{_C} 0 asks for the model's training context, but the GGUF does not say it")
     cells = kv_cells(n_ctx, params.parallel, params.kv_unified)
     items: list[Item] = []
     notes: list[str] = []
@@ -398,27 +415,27 @@ def estimate(target: str | Path, draft: str | Path | None, params: FitParams, me
             notes.append(f"{role} has sliding-window layers (window {s.sliding_window}); its KV is "
                          "counted at full size, an upper bound")
     for role, s, _tk, _tv, _outputs in roles:
-        items.append(Item(f"{role} compute", s.compute_bytes(cells, params.ubatch, params.flash_attn),
-                          f"ubatch {params.ubatch}, flash attention {'on' if params.flash_attn else 'off'} "
+        items.append(Item(f"{role} compute", s.compute_bytes(cells, params.ubatch_size, params.flash_attn),
+                          f"ubatch {params.ubatch_size}, flash attention {'on' if params.flash_attn else 'off'} "
                           "(estimate)"))
     out = sum(s.n_vocab * 4 * outputs for _r, s, _k, _v, outputs in roles)
     items.append(Item("output buffers", out, "logits rows × n_vocab × 4 B"))
     items.append(Item("runtime overhead", OVERHEAD, "process, libraries, threads, HTTP (fixed)"))
-    if params.prompt_cache_mib > 0 and memory.kind == "host RAM":
-        items.append(Item("prompt cache", params.prompt_cache_mib * MIB,
-                          "--cache-ram: saved prompt states fill host RAM up to this bound as requests vary"))
-    elif params.prompt_cache_mib < 0:
-        notes.append("--cache-ram -1: the prompt cache is unbounded; host RAM use grows with distinct prompts")
+    if params.cache_ram_mib > 0 and memory.kind == "host RAM":
+        items.append(Item("prompt cache", params.cache_ram_mib * MIB,
+                          f"{_CRAM}: saved prompt states fill host RAM up to this bound as requests vary"))
+    elif params.cache_ram_mib < 0:
+        notes.append(f"{_CRAM} -1: the prompt cache is unbounded; host RAM use grows with distinct prompts")
     if n_ctx > tshape.context_length > 0:
-        notes.append(f"--ctx-size {n_ctx} exceeds the target's training context {tshape.context_length}")
+        notes.append(f"{_C} {n_ctx} exceeds the target's training context {tshape.context_length}")
     needed = sum(i.bytes for i in items)
     return FitReport(items, needed, parse_margin(params.margin, needed), memory, params, notes)
 
 
 def render(report: FitReport) -> str:
     p = report.params
-    lines = [f"memory estimate: -c {p.ctx_size} -np {p.parallel}"
-             f"{' --kv-unified' if p.kv_unified else ''}, cache K/V {p.cache_type_k}/{p.cache_type_v}, "
+    lines = [f"memory estimate: {knob('ctx_size').short()} {p.ctx_size} {knob('parallel').short()} {p.parallel}"
+             f"{' ' + knob('kv_unified').flag if p.kv_unified else ''}, cache K/V {p.cache_type_k}/{p.cache_type_v}, "
              f"draft cache K/V {p.draft_cache_type_k}/{p.draft_cache_type_v}", ""]
     lines.append(f"  {'component':18} {'MiB':>10}  detail")
     for i in report.items:
@@ -437,6 +454,6 @@ def render(report: FitReport) -> str:
     else:
         short = report.needed + report.margin - m.available
         lines.append(f"result: DOES NOT FIT: short by {short / MIB:,.0f} MiB (needed + margin > available). "
-                     "Lower --ctx-size or --parallel, quantize the KV cache (q8_0), pick smaller models, "
+                     f"Lower {_C} or {_NP}, quantize the KV cache (q8_0), pick smaller models, "
                      "or use a host with more memory")
     return "\n".join(lines)

@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
-NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-SPEC_TYPES = ("auto", "none", "default", *DRAFT_TYPES, *NGRAM_TYPES)
-CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+from specops.knobs import CACHE_TYPES, DRAFT_TYPES, FLASH_ATTN, NGRAM_TYPES, SPEC_TYPES
+
+__all__ = ["CACHE_TYPES", "DRAFT_TYPES", "NGRAM_TYPES", "SPEC_TYPES", "ProfileError", "ServerProfile"]
 
 
 class ProfileError(ValueError):
@@ -25,7 +24,8 @@ class ServerProfile:
 
     ``spec_type``: ``auto`` (draft-simple when a draft model is set, else none), ``none`` (an explicit
     baseline), ``default`` (llama.cpp's own ``--spec-default``), or any speculative type.
-    ``None`` means "leave llama.cpp's default" for every optional knob.
+    ``None`` means "leave llama.cpp's default" for every optional knob. One field per knob of
+    :data:`specops.knobs.KNOBS`, same name (``tests/unit/test_knobs.py`` checks it); the table documents them.
     """
 
     model: str
@@ -45,6 +45,8 @@ class ServerProfile:
     port: int = 8080
     ctx_size: int = 4096
     parallel: int = 1
+    ubatch_size: int | None = None
+    kv_unified: bool | None = None
     ngl: int | str | None = None
     threads: int | None = None
     threads_batch: int | None = None
@@ -52,7 +54,7 @@ class ServerProfile:
     cache_type_k: str | None = None
     cache_type_v: str | None = None
     repack: bool | None = None
-    cache_ram_mib: int | None = None  # llama-server's prompt cache in host RAM (its default: 8192 MiB)
+    cache_ram_mib: int | None = None
     metrics: bool = True
     slots: bool = True
     alias: str | None = None
@@ -108,7 +110,7 @@ class ServerProfile:
             raise ProfileError(f"draft_n_min ({self.draft_n_min}) > draft_n_max ({self.draft_n_max})")
         if self.draft_p_min is not None and not 0.0 <= float(self.draft_p_min) <= 1.0:
             raise ProfileError(f"draft_p_min must be within 0..1, got {self.draft_p_min}")
-        if self.flash_attn not in (None, "on", "off", "auto"):
+        if self.flash_attn is not None and self.flash_attn not in FLASH_ATTN:
             raise ProfileError(f"flash_attn must be on, off or auto, got {self.flash_attn!r}")
         for name in ("cache_type_k", "cache_type_v", "draft_cache_type_k", "draft_cache_type_v"):
             value = getattr(self, name)

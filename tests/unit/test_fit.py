@@ -169,10 +169,10 @@ def test_gpu_memory_from_llama_server_list_devices() -> None:
 
 def test_prompt_cache_counts_against_host_ram_only(model: Path) -> None:
     base = estimate(model, None, FitParams(), BIG)
-    cached = estimate(model, None, FitParams(prompt_cache_mib=1024), BIG)
+    cached = estimate(model, None, FitParams(cache_ram_mib=1024), BIG)
     assert {i.component for i in cached.items} - {i.component for i in base.items} == {"prompt cache"}
     assert cached.needed - base.needed == 1024 * MIB
     gpu = Memory("GPU", 24 * 1024 * MIB, 24 * 1024 * MIB, "test")
-    assert estimate(model, None, FitParams(prompt_cache_mib=1024), gpu).needed == estimate(
+    assert estimate(model, None, FitParams(cache_ram_mib=1024), gpu).needed == estimate(
         model, None, FitParams(), gpu).needed
-    assert any("unbounded" in n for n in estimate(model, None, FitParams(prompt_cache_mib=-1), BIG).notes)
+    assert any("unbounded" in n for n in estimate(model, None, FitParams(cache_ram_mib=-1), BIG).notes)

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from specops.knobs import LEGACY, spell
 from specops.profile import NGRAM_TYPES
 
 BASELINE = "baseline"
@@ -132,7 +133,7 @@ def parse_arm(name: str) -> Arm:
         if exact:
             return Arm(
                 name,
-                f"exact profile (-fa on -ctv q8_0), {desc}",
+                f"exact profile ({spell(**EXACT_CACHE)}), {desc}",
                 {**prof, **EXACT_CACHE},
                 reference="exact-baseline",
                 family="exact",
@@ -144,7 +145,7 @@ def parse_arm(name: str) -> Arm:
         if nr:
             return Arm(
                 name,
-                f"exact profile + --no-repack + GGML_CPU_TILED_MM=0, draft n-max {k}",
+                f"exact profile + {spell(repack=False)} + GGML_CPU_TILED_MM=0, draft n-max {k}",
                 {"spec_type": "draft-simple", "draft_n_max": k, "repack": False, **EXACT_CACHE},
                 env=dict(NO_TILED_ENV),
                 draft="draft",
@@ -153,7 +154,7 @@ def parse_arm(name: str) -> Arm:
             )
         return Arm(
             name,
-            f"exact profile (-fa on -ctv q8_0), draft n-max {k}",
+            f"exact profile ({spell(**EXACT_CACHE)}), draft n-max {k}",
             {"spec_type": "draft-simple", "draft_n_max": k, **EXACT_CACHE},
             draft="draft",
             reference="exact-baseline",
@@ -167,7 +168,7 @@ def parse_arm(name: str) -> Arm:
 
 def _fixed_arms() -> dict[str, Arm]:
     arms = [
-        _none(BASELINE, "no speculation (--spec-type none)", "baseline", BASELINE),
+        _none(BASELINE, f"no speculation ({spell(spec_type='none')})", "baseline", BASELINE),
         _none(AA, "a second baseline server, loaded beside the first: the A/A check (and determinism)", "baseline",
               BASELINE),
         Arm(
@@ -179,27 +180,27 @@ def _fixed_arms() -> dict[str, Arm]:
         ),
         Arm(
             "spec-default",
-            "llama.cpp's --spec-default (its default speculative config, no draft model)",
+            f"llama.cpp's {spell(spec_type='default')} (its default speculative config, no draft model)",
             {"spec_type": "default"},
             family="default",
         ),
         Arm(
             "seeds",
-            "the seeds' setting --draft-max 8 --draft-min 1, translated to draft n-max 8 / n-min 1",
+            f"the seeds' setting {spell(LEGACY, draft_n_max=8, draft_n_min=1)}, translated to draft n-max 8 / n-min 1",
             {"spec_type": "draft-simple", "draft_n_max": 8, "draft_n_min": 1},
             draft="draft",
             family="draft",
         ),
         _none(
             "exact-baseline",
-            "no speculation with the exact profile's numerics (-fa on -ctv q8_0)",
+            f"no speculation with the exact profile's numerics ({spell(**EXACT_CACHE)})",
             "exact",
             "exact-baseline",
             **EXACT_CACHE,
         ),
         Arm(
             "exact-nr-baseline",
-            "no speculation, exact numerics + --no-repack + GGML_CPU_TILED_MM=0",
+            f"no speculation, exact numerics + {spell(repack=False)} + GGML_CPU_TILED_MM=0",
             {"spec_type": "none", "repack": False, **EXACT_CACHE},
             env=dict(NO_TILED_ENV),
             reference="exact-nr-baseline",

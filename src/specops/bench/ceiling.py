@@ -38,10 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specops.knobs import knob
+
 KS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 17, 25, 33, 49, 65)
 DRAFT_KS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 17)
 # llama.cpp's own draft lengths at the pinned commit (llama-server --help), for arms that leave them unset
-DEFAULT_DRAFT_N_MAX = 3
+DEFAULT_DRAFT_N_MAX = int(knob("draft_n_max").llama_default)  # type: ignore[call-overload]
 NGRAM_DRAFT_N_MAX = {"ngram-mod": 64, "ngram-simple": 48, "ngram-map-k": 48, "ngram-map-k4v": 48,
                      "ngram-cache": 3}
 
@@ -76,6 +78,13 @@ class Numerics:
         return cls(name, fa, ctk, ctv, repack, tuple(sorted(env.items())))
 
 
+
+def _bench_flag(name: str) -> str:
+    """llama-bench's spelling of a knob (from the knob table)."""
+    flag = knob(name).llama_bench
+    assert flag is not None, name
+    return flag
+
 def llama_bench_argv(
     binary: str | Path,
     model: str | Path,
@@ -102,15 +111,15 @@ def llama_bench_argv(
         "json",
     ]
     if threads:
-        argv += ["-t", str(threads)]
+        argv += [_bench_flag("threads"), str(threads)]
     if numerics.flash_attn:
-        argv += ["-fa", numerics.flash_attn]
+        argv += [_bench_flag("flash_attn"), numerics.flash_attn]
     if numerics.cache_type_k:
-        argv += ["-ctk", numerics.cache_type_k]
+        argv += [_bench_flag("cache_type_k"), numerics.cache_type_k]
     if numerics.cache_type_v:
-        argv += ["-ctv", numerics.cache_type_v]
+        argv += [_bench_flag("cache_type_v"), numerics.cache_type_v]
     if numerics.repack is False:
-        argv += ["--repack", "0"]
+        argv += [_bench_flag("repack"), "0"]
     return argv
 
 

@@ -18,19 +18,9 @@ from typing import Any
 
 import yaml
 
+from specops.knobs import bench_knobs
+
 DEFAULT_VARS_FILE = Path("inventory/group_vars/llama_servers/speculative.yml")
-KEYS = (
-    "spec_type",
-    "draft_n_max",
-    "draft_n_min",
-    "draft_p_min",
-    "flash_attn",
-    "cache_type_k",
-    "cache_type_v",
-    "repack",
-    "threads",
-    "draft_threads",
-)
 
 
 class ApplyError(RuntimeError):
@@ -48,14 +38,16 @@ def inventory_vars(
     spec = prof.get("spec_type", "auto")
     if spec == "auto":
         spec = "draft-simple" if arm_def.get("draft") else "none"
-    out: dict[str, Any] = {"llama_server_spec_type": spec}
-    for key in KEYS[1:]:
-        value = prof.get(key)
-        if key == "threads":
+    out: dict[str, Any] = {}
+    for k in bench_knobs():
+        value = prof.get(k.name)
+        if k.name == "spec_type":
+            value = spec
+        elif k.name == "threads":
             value = threads
-        elif key == "draft_threads":
+        elif k.name == "draft_threads":
             value = draft_threads if arm_def.get("draft") else None
-        out[f"llama_server_{key}"] = value
+        out[k.role_var] = value
     # the service role always knows a draft model; an arm without one must clear it, or the draft
     # would be loaded and never used (and the profile check refuses that combination)
     if not arm_def.get("draft"):

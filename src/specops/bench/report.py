@@ -14,6 +14,7 @@ from specops.bench.analysis import ALL, ArmWorkload
 from specops.bench.arms import AA, BASELINE
 from specops.bench.recommend import Pick
 from specops.bench.runner import fmt_s
+from specops.knobs import knob
 
 
 def machine_info() -> dict[str, Any]:
@@ -357,8 +358,8 @@ def markdown(
       + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".")
     w(f"- Every request: chat endpoint, streamed, temperature 0, seed {plan.get('seed')}, max tokens "
       f"{plan.get('max_tokens')}, `cache_prompt: false`; threads {plan.get('threads') or 'default'}, context "
-      f"{plan.get('ctx_size')}; servers without a prompt cache (`--cache-ram 0`: saved prompt states do not change "
-      "decode speed and would only fill memory).")
+      f"{plan.get('ctx_size')}; servers without a prompt cache (`{knob('cache_ram_mib').flag} 0`: saved prompt "
+      "states do not change decode speed and would only fill memory).")
     sliced = plan.get("interleave", "slices") == "slices"
     w(f"- **Paired design**: every arm's server is loaded side by side ({plan.get('capacity_note', '')}); a block "
       "is one task sent to the baseline, a second baseline (A/A) and every arm still running"

@@ -35,6 +35,7 @@ from specops.capabilities import Capabilities
 from specops.fetch import catalog
 from specops.fit import FitError, FitParams, Memory, estimate
 from specops.ggufmeta import GGUFError
+from specops.knobs import spell
 from specops.paths import cache_dir
 
 NAME = "bench"
@@ -90,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--list-arms", action="store_true", help="print the arms that would run and exit")
     g.add_argument("--draft-n-max", type=_ints, default=(4,), help="draft lengths of draft-n<K> arms (e.g. 2,4,8)")
     g.add_argument("--exact-n-max", type=_ints, default=(2,),
-                   help="exact-profile arms (-fa on -ctv q8_0, the service default numerics)")
+                   help=f"exact-profile arms ({spell(**armsmod.EXACT_CACHE)}, the service default numerics)")
     g.add_argument("--ngram", type=_strs, default=("ngram-simple", "ngram-mod"),
                    help="n-gram arms (comma list; '' for none)")
     g.add_argument("--p-min", type=_floats, default=(), help="p-min arms (draft-n8-p<P>)")

@@ -8,15 +8,16 @@ import sys
 from pathlib import Path
 
 from specops.devices import DeviceError, list_devices, parse_list_devices, require_device
+from specops.knobs import LIST_DEVICES_FLAG
 
 NAME = "devices"
-HELP = "list the GPU devices llama-server sees (--list-devices); --backend X fails when X has none"
+HELP = f"list the GPU devices llama-server sees ({LIST_DEVICES_FLAG}); --backend X fails when X has none"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--binary", help="path to llama-server")
-    src.add_argument("--output-file", type=Path, help="saved `llama-server --list-devices` output")
+    src.add_argument("--output-file", type=Path, help=f"saved `llama-server {LIST_DEVICES_FLAG}` output")
     p.add_argument("--backend", help="require at least one device of this build backend (cuda, vulkan, hip, ...)")
     p.add_argument("--json", action="store_true", help="print JSON")
 

@@ -11,12 +11,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from specops.exporter.process import FixedPid, PidSource, PortPid, SystemdPid
+from specops.knobs import knob
 from specops.soak.alerts import evaluate, parse_duration
 from specops.soak.backoff import Backoff
 from specops.soak.config import FaultPlan, FaultSpec, SoakConfig, SoakConfigError, Thresholds
 
 NAME = "soak"
 HELP = "run a bounded load against llama-server, check invariants, inject faults, write reports/soak-*.md"
+_CACHE_RAM = knob("cache_ram_mib")
 
 
 def duration(text: str) -> float:
@@ -86,8 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     th.add_argument("--max-acceptance-drop", type=float, default=t.max_acceptance_drop, help="default %(default)s")
     th.add_argument("--max-rss-mb-per-hour", type=float, default=t.max_rss_mb_per_hour, help="default %(default)s")
     th.add_argument("--rss-allowance-mb", type=float, default=t.rss_allowance_mb,
-                    help="memory growth that is not a leak (default: the server's prompt cache bound, --cache-ram "
-                         "from its command line, 8192 when not given)")
+                    help="memory growth that is not a leak (default: the server's prompt cache bound, "
+                         f"{_CACHE_RAM.flag} from its command line, {_CACHE_RAM.llama_default} when not given)")
     th.add_argument("--min-rss-span", type=duration, default=t.min_rss_span,
                     help="seconds of one process before the slope is judged (default %(default)s)")
     out = p.add_argument_group("output")

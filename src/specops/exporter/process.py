@@ -20,6 +20,8 @@ from typing import Protocol
 
 import psutil
 
+from specops.knobs import knob
+
 
 class ProcessError(RuntimeError):
     def __init__(self, kind: str, message: str) -> None:
@@ -76,13 +78,14 @@ def parse_systemctl_show(text: str) -> PidInfo:
 def pid_by_cmdline(port: int) -> int | None:
     """The oldest process whose command line says ``--port PORT`` (world-readable /proc/PID/cmdline)."""
     found: list[tuple[float, int]] = []
+    port_flag = knob("port").flag
     for proc in psutil.process_iter(["cmdline", "create_time"]):
         try:
             argv = proc.info["cmdline"] or []
         except psutil.Error:
             continue
         for i, arg in enumerate(argv):
-            if (arg == "--port" and i + 1 < len(argv) and argv[i + 1] == str(port)) or arg == f"--port={port}":
+            if (arg == port_flag and i + 1 < len(argv) and argv[i + 1] == str(port)) or arg == f"{port_flag}={port}":
                 found.append((proc.info["create_time"] or 0.0, proc.pid))
                 break
     return min(found)[1] if found else None
@@ -210,7 +213,7 @@ class LaunchSettings:
     spec_type: str = ""  # "" = not given
     draft_n_max: str = ""
     draft_n_min: str = ""
-    cache_ram: str = ""  # --cache-ram MiB ("" = llama.cpp's default)
+    cache_ram_mib: str = ""  # the prompt cache bound ("" = llama.cpp's default)
     spec_default: bool = False
 
     @property
@@ -220,26 +223,21 @@ class LaunchSettings:
         return bool(self.draft_model) or self.spec_default
 
 
-_VALUE_FLAGS = {
-    "-m": "target_model", "--model": "target_model",
-    "-md": "draft_model", "--model-draft": "draft_model", "--spec-draft-model": "draft_model",
-    "--spec-type": "spec_type",
-    "--spec-draft-n-max": "draft_n_max", "--draft-max": "draft_n_max", "--draft": "draft_n_max",
-    "--draft-n": "draft_n_max",
-    "--spec-draft-n-min": "draft_n_min", "--draft-min": "draft_n_min", "--draft-n-min": "draft_n_min",
-    "--cache-ram": "cache_ram", "-cram": "cache_ram",
-}
-# llama-server's prompt cache bound when --cache-ram is not given (common/common.h at the pinned commit)
-DEFAULT_CACHE_RAM_MIB = 8192
+# LaunchSettings field <- knob: every spelling of every era (a server may run an older build)
+_FIELDS = {"target_model": "model", "draft_model": "draft_model", "spec_type": "spec_type",
+           "draft_n_max": "draft_n_max", "draft_n_min": "draft_n_min", "cache_ram_mib": "cache_ram_mib"}
+_VALUE_FLAGS = {flag: field for field, name in _FIELDS.items() for flag in knob(name).own_spellings}
+_SPEC_DEFAULT = knob("spec_type").for_value("default")
 
 
 def prompt_cache_bound_mib(cmdline: tuple[str, ...] | list[str]) -> float:
     """MiB of host RAM llama-server's prompt cache may fill (0 = disabled; unbounded counts as infinite)."""
-    value = parse_launch(cmdline).cache_ram
+    value = parse_launch(cmdline).cache_ram_mib
+    default = float(knob("cache_ram_mib").llama_default)  # type: ignore[arg-type]
     try:
-        mib = float(value) if value else float(DEFAULT_CACHE_RAM_MIB)
+        mib = float(value) if value else default
     except ValueError:
-        return float(DEFAULT_CACHE_RAM_MIB)
+        return default
     return float("inf") if mib < 0 else mib
 
 
@@ -251,7 +249,7 @@ def parse_launch(cmdline: tuple[str, ...] | list[str]) -> LaunchSettings:
     while i < len(args):
         arg = args[i]
         flag, eq, inline = arg.partition("=")
-        if arg == "--spec-default":
+        if arg == _SPEC_DEFAULT:
             spec_default = True
         elif flag in _VALUE_FLAGS:
             value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")

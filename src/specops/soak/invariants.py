@@ -7,6 +7,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specops.knobs import knob
 from specops.soak.accounting import FAILED, RequestRecord
 from specops.soak.config import Thresholds
 from specops.soak.faults import FaultEvent, in_fault_window
@@ -137,7 +138,7 @@ def check_rss(trend: dict[str, Any], had_pid_source: bool, th: Thresholds) -> Ch
         allowance = th.rss_allowance_mb or 0.0
         if growth <= allowance:
             return Check("rss_growth", PASS, f"{text}: growth {growth:.0f} MB within the {allowance:.0f} MB "
-                         "allowance (the prompt cache's --cache-ram bound)")
+                         f"allowance (the prompt cache's {knob('cache_ram_mib').flag} bound)")
         return Check("rss_growth", FAIL, f"{text} > {th.max_rss_mb_per_hour:.0f} MB/h"
                      + (f", growth {growth:.0f} MB beyond the {allowance:.0f} MB allowance" if allowance else ""))
     return Check("rss_growth", PASS, text)

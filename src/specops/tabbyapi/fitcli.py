@@ -9,7 +9,8 @@ import argparse
 import json
 import sys
 
-from specops.fit import FitError
+from specops.fit import FitError, deployed
+from specops.knobs import knob
 from specops.tabbyapi.fit import Shape, TabbyFitParams, estimate, parse_size, render
 
 
@@ -43,10 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        if args.ctx_size < 1:
-            raise FitError("-c/--ctx-size (max_seq_len) must be ≥ 1 for TabbyAPI")
+        ctx = int(args.ctx_size if args.ctx_size is not None else deployed("ctx_size"))
+        if ctx < 1:
+            raise FitError(f"{knob('ctx_size').flag} (max_seq_len) must be ≥ 1 for TabbyAPI")
         params = TabbyFitParams(
-            max_seq_len=args.ctx_size, cache_size=args.cache_size, cache_mode=args.cache_mode,
+            max_seq_len=ctx, cache_size=args.cache_size, cache_mode=args.cache_mode,
             draft_cache_mode=args.draft_cache_mode, bpw=args.bpw, draft_bpw=args.draft_bpw,
             gpu_split=args.gpu_split, draft_gpu_split=args.draft_gpu_split,
             autosplit_reserve_mib=args.autosplit_reserve, chunk_size=args.chunk_size, backend=args.exl_backend,

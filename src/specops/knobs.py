@@ -1,0 +1,263 @@
+"""Every llama-server setting specops knows, declared once: the knob table.
+
+One entry per setting: its name (the profile key, the ``llama_server_<name>`` role variable, the fit's
+and the bench's name), type, our default (the service role's) and llama.cpp's, its flag spellings per
+llama.cpp era, whether the memory fit depends on it, whether the bench tunes it, and one line of
+documentation. Everything else derives from this table: :func:`specops.argv.build_argv` renders it,
+:func:`specops.exporter.process.parse_launch` reads a running server's command line with it,
+``specops fit`` takes its options and defaults from it, the bench's inventory writer its keys, and the
+role README's settings table is generated from it (``specops knobs --markdown``).
+
+**This is the only module that spells llama-server flags** (``tests/unit/test_knobs.py`` fails when
+another one does). Eras: ``spec`` is llama.cpp from April 2026 on (the pinned 0c1e57098, with
+``--spec-draft-n-max``); ``legacy`` is an older build (``--draft-max``). Defaults of llama.cpp are those
+of 0c1e57098's ``--help`` (``tests/fixtures/llama-server-0c1e57098/llama-server_help.txt``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SPEC = "spec"  # April 2026 on: --spec-draft-n-max, --spec-type (the pinned commit 0c1e57098)
+LEGACY = "legacy"  # before April 2026: --draft-max, no --spec-type
+NO_SPEC = "none"  # a build without speculative flags
+ERAS = (SPEC, LEGACY)
+
+DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+SPEC_TYPES = ("auto", "none", "default", *DRAFT_TYPES, *NGRAM_TYPES)
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+FLASH_ATTN = ("on", "off", "auto")
+
+# llama-server invocations that are not settings
+HELP_FLAG = "--help"
+VERSION_FLAG = "--version"
+LIST_DEVICES_FLAG = "--list-devices"
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One llama-server setting. ``None`` as a default means "flag omitted: llama.cpp decides"."""
+
+    name: str
+    type: str  # argument_specs type: int, float, str, bool, path, list, raw (int or a word)
+    doc: str
+    flags: tuple[str, ...] = ()  # spellings at 0c1e57098, the preferred one first
+    legacy: tuple[str, ...] | None = None  # spellings on legacy builds where they differ (() = none there)
+    aliases: tuple[str, ...] = ()  # further spellings some build accepts: read from command lines, never written
+    off_flags: tuple[str, ...] = ()  # booleans: the spellings that turn it off
+    per_spec_type: tuple[tuple[str, str], ...] = ()  # (spec_type, flag): its spelling under an n-gram type
+    value_flags: tuple[tuple[str, str], ...] = ()  # (value, flag): a value that is written as a flag of its own
+    default: object = None  # ours: what the service role deploys
+    llama_default: object = None  # llama-server's own at 0c1e57098 (None: unset, auto or the model's)
+    choices: tuple[str, ...] = ()
+    fit: bool = False  # the memory fit depends on it
+    bench: bool = False  # specops bench tunes it: its recommendation writes llama_server_<name>
+    role: bool = True  # roles/llama_server exposes it as llama_server_<name>
+    llama_bench: str | None = None  # llama-bench's spelling of the same setting
+
+    def spellings(self, era: str = SPEC) -> tuple[str, ...]:
+        """The spellings to try, preferred first, on a build of ``era``."""
+        if era == LEGACY and self.legacy is not None:
+            return self.legacy
+        return self.flags
+
+    @property
+    def flag(self) -> str:
+        """The preferred spelling at the pinned commit."""
+        return self.flags[0]
+
+    def short(self, era: str = SPEC) -> str:
+        """The short spelling (``-fa``) where there is one, else the preferred: for prose such as
+        "-fa on -ctv q8_0"."""
+        spellings = self.spellings(era)
+        return min((f for f in spellings if not f.startswith("--")), key=len, default=spellings[0])
+
+    def for_spec_type(self, spec_type: str) -> str | None:
+        return dict(self.per_spec_type).get(spec_type)
+
+    def for_value(self, value: str) -> str | None:
+        return dict(self.value_flags).get(value)
+
+    @property
+    def own_spellings(self) -> tuple[str, ...]:
+        """The setting's own spellings in every era (not the n-gram types' nor value flags)."""
+        return tuple(dict.fromkeys((*self.flags, *(self.legacy or ()), *self.aliases)))
+
+    @property
+    def all_spellings(self) -> tuple[str, ...]:
+        """Every spelling of any era, in declaration order: what a command-line reader must know."""
+        found = [*self.flags, *(self.legacy or ()), *self.aliases, *self.off_flags,
+                 *(f for _t, f in self.per_spec_type), *(f for _v, f in self.value_flags)]
+        return tuple(dict.fromkeys(found))
+
+    @property
+    def effective_default(self) -> object:
+        """What a server deployed with our defaults runs with: ours, else llama.cpp's."""
+        return self.llama_default if self.default is None else self.default
+
+    @property
+    def role_var(self) -> str:
+        """The service role's variable: ``llama_server_<name>`` (a few still wait for their rename)."""
+        return ROLE_NAMES_PENDING.get(self.name, f"llama_server_{self.name}")
+
+
+# role variables not yet called llama_server_<name> (the role side renames them; a test keeps this honest)
+ROLE_NAMES_PENDING = {"model": "llama_server_target_model"}
+
+
+def _ngram(kind: str) -> tuple[tuple[str, str], ...]:
+    return tuple((t, f"--spec-{t}-{kind}") for t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"))
+
+
+KNOBS: tuple[Knob, ...] = (
+    # ---- models --------------------------------------------------------------------------------------
+    Knob("model", "path", "target model GGUF path (default: the models role's target, in llama_server_models_dir)",
+         ("--model", "-m"), fit=True, llama_bench="-m"),
+    Knob("draft_model", "path", "draft model GGUF path (default: the models role's draft); empty = no draft model",
+         ("--spec-draft-model", "-md", "--model-draft"), fit=True),
+    # ---- speculation ---------------------------------------------------------------------------------
+    Knob("spec_type", "str", "auto (draft-simple with a draft model, else none), none, default "
+         "(llama.cpp's own) or a speculative type", ("--spec-type",), legacy=(),
+         value_flags=(("default", "--spec-default"),), default="auto", llama_default="none",
+         choices=SPEC_TYPES, bench=True),
+    Knob("draft_n_max", "int", "max drafted tokens per step (see reports/speculative_benchmark.md)",
+         ("--spec-draft-n-max",), legacy=("--draft-max", "--draft"), aliases=("--draft-n",),
+         per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-max"), ("ngram-cache", "--spec-draft-n-max")),
+         default=2, llama_default=3, fit=True, bench=True),
+    Knob("draft_n_min", "int", "min drafted tokens per step", ("--spec-draft-n-min",),
+         legacy=("--draft-min",), aliases=("--draft-n-min",),
+         per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-min"),), llama_default=0, bench=True),
+    Knob("draft_p_min", "float", "min draft probability (0..1; legacy builds default to 0.8)",
+         ("--spec-draft-p-min", "--draft-p-min"), legacy=("--draft-p-min",), llama_default=0.0, bench=True),
+    Knob("draft_ngl", "raw", "draft layers on the GPU (a number, auto or all)",
+         ("--spec-draft-ngl", "-ngld", "--gpu-layers-draft"), aliases=("--n-gpu-layers-draft",),
+         llama_default="auto"),
+    Knob("draft_threads", "int", "draft model threads (llama.cpp: same as threads)",
+         ("--spec-draft-threads", "-td", "--threads-draft"), bench=True),
+    Knob("draft_cache_type_k", "str", "draft KV cache type K", ("--spec-draft-type-k", "-ctkd"),
+         aliases=("--cache-type-k-draft",), llama_default="f16", choices=CACHE_TYPES, fit=True),
+    Knob("draft_cache_type_v", "str", "draft KV cache type V", ("--spec-draft-type-v", "-ctvd"),
+         aliases=("--cache-type-v-draft",), llama_default="f16", choices=CACHE_TYPES, fit=True),
+    Knob("ngram_size_n", "int", "n-gram size N (ngram-mod: its match length)",
+         per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-match"), *_ngram("size-n")),
+         aliases=("--spec-ngram-size-n",)),
+    Knob("ngram_size_m", "int", "n-gram size M (drafted m-gram)", per_spec_type=_ngram("size-m"),
+         aliases=("--spec-ngram-size-m",)),
+    Knob("ngram_min_hits", "int", "n-gram min hits", per_spec_type=_ngram("min-hits"),
+         aliases=("--spec-ngram-min-hits",), llama_default=1),
+    # ---- server --------------------------------------------------------------------------------------
+    Knob("host", "str", "listen address", ("--host",), default="127.0.0.1", llama_default="127.0.0.1"),
+    Knob("port", "int", "listen port (always passed: newer builds moved the default)", ("--port",),
+         default=8080, llama_default=8080),
+    Knob("ctx_size", "int", "total context over all slots (0 = the model's)", ("--ctx-size", "-c"),
+         default=4096, llama_default=0, fit=True),
+    Knob("parallel", "int", "server slots", ("--parallel", "-np"), default=1, llama_default=-1, fit=True),
+    Knob("ubatch_size", "int", "physical batch size (the compute buffers scale with it)",
+         ("--ubatch-size", "-ub"), llama_default=512, fit=True, role=False),
+    Knob("kv_unified", "bool", "one KV buffer shared by all slots (llama.cpp: only when the slots are auto)",
+         ("--kv-unified", "-kvu"), off_flags=("--no-kv-unified", "-no-kvu"), llama_default=False, fit=True,
+         role=False),
+    Knob("ngl", "raw", "target layers on the GPU (a number, auto or all)",
+         ("--gpu-layers", "-ngl", "--n-gpu-layers"), llama_default="auto"),
+    Knob("threads", "int", "generation threads", ("--threads", "-t"), llama_default=-1, bench=True,
+         llama_bench="-t"),
+    Knob("threads_batch", "int", "prompt-processing threads (llama.cpp: same as threads)",
+         ("--threads-batch", "-tb")),
+    Knob("flash_attn", "str", "flash attention; with cache_type_v q8_0: byte-identical greedy output on CPU",
+         ("--flash-attn", "-fa"), default="on", llama_default="auto", choices=FLASH_ATTN, fit=True, bench=True,
+         llama_bench="-fa"),
+    Knob("cache_type_k", "str", "KV cache type K", ("--cache-type-k", "-ctk"), llama_default="f16",
+         choices=CACHE_TYPES, fit=True, bench=True, llama_bench="-ctk"),
+    Knob("cache_type_v", "str", "KV cache type V", ("--cache-type-v", "-ctv"), default="q8_0",
+         llama_default="f16", choices=CACHE_TYPES, fit=True, bench=True, llama_bench="-ctv"),
+    Knob("repack", "bool", "CPU weight repacking; false adds the off flag", ("--repack",),
+         off_flags=("--no-repack", "-nr"), llama_default=True, bench=True, llama_bench="--repack"),
+    Knob("cache_ram_mib", "int", "MiB of host RAM the prompt cache may fill, counted by the memory fit "
+         "(0 disables, -1 unbounded)", ("--cache-ram", "-cram"), default=1024, llama_default=8192, fit=True),
+    Knob("metrics", "bool", "the /metrics endpoint (always on: the exporter and the proof read it)",
+         ("--metrics",), default=True, llama_default=False, role=False),
+    Knob("slots", "bool", "the /slots endpoint, where the build has the flag", ("--slots",),
+         off_flags=("--no-slots",), default=True, llama_default=True, role=False),
+    Knob("alias", "str", "model name in the API", ("--alias", "-a")),
+    Knob("api_key_file", "path", "API key file on the host (read by the service and the probes, never logged)",
+         ("--api-key-file",)),
+    Knob("jinja", "bool", "adds the jinja flag when true (llama.cpp enables jinja by default here)",
+         ("--jinja",), off_flags=("--no-jinja",), llama_default=True, role=False),
+    Knob("extra_args", "list", "further arguments; each flag must exist in the build (removed or unknown "
+         "ones fail preflight)", default=()),
+)
+
+_BY_NAME = {k.name: k for k in KNOBS}
+
+
+def knob(name: str) -> Knob:
+    """The knob called ``name``; a KeyError that lists the known names otherwise."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no llama-server knob {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def fit_knobs() -> tuple[Knob, ...]:
+    return tuple(k for k in KNOBS if k.fit)
+
+
+def bench_knobs() -> tuple[Knob, ...]:
+    return tuple(k for k in KNOBS if k.bench)
+
+
+def era_of(has: Callable[[str], bool]) -> str:
+    """``spec``, ``legacy`` or ``none`` for a build whose flag test is ``has``."""
+    n_max = knob("draft_n_max")
+    if has(n_max.flag):
+        return SPEC
+    if has(n_max.spellings(LEGACY)[0]):
+        return LEGACY
+    return NO_SPEC
+
+
+def spell(era: str = SPEC, **settings: object) -> str:
+    """Settings as llama-server would be given them, shortest spellings: ``spell(flash_attn="on")`` ->
+    ``-fa on``; ``True`` gives the bare flag, ``False`` the off flag, a value flag stands alone."""
+    words: list[str] = []
+    for name, value in settings.items():
+        k = knob(name)
+        if value is False and k.off_flags:
+            words.append(k.off_flags[0])
+        elif isinstance(value, str) and k.for_value(value):
+            words.append(str(k.for_value(value)))
+        elif value is True:
+            words.append(k.spellings(era)[0])
+        else:
+            words += [k.short(era), str(value)]
+    return " ".join(words)
+
+
+def markdown_table() -> str:
+    """The role README's settings table (between the ``knobs`` markers)."""
+    def cell(value: object) -> str:
+        if value is None:
+            return "—"
+        if isinstance(value, bool):
+            return f"`{str(value).lower()}`"
+        if isinstance(value, tuple):
+            return f"`{list(value)}`"
+        return f"`{value}`"
+
+    lines = [
+        "| variable | default | llama.cpp | flag (0c1e57098 / legacy) | fit | bench | meaning |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for k in KNOBS:
+        name = f"`{k.role_var}`" if k.role else f"`{k.name}` (profile only)"
+        spec = ", ".join(f"`{f}`" for f in k.flags) or ", ".join(
+            f"`{f}` ({t})" for t, f in k.per_spec_type) or "—"
+        if k.off_flags:
+            spec += " (off: " + ", ".join(f"`{f}`" for f in k.off_flags) + ")"
+        if k.legacy is not None and k.legacy != k.flags:
+            spec += " / " + (", ".join(f"`{f}`" for f in k.legacy) or "none")
+        lines.append(f"| {name} | {cell(k.default)} | {cell(k.llama_default)} | {spec} | "
+                     f"{'yes' if k.fit else ''} | {'yes' if k.bench else ''} | {k.doc} |")
+    return "\n".join(lines) + "\n"

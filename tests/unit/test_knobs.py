@@ -1,0 +1,223 @@
+"""The knob table (src/specops/knobs.py) is the one place llama-server settings are declared."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specops.capabilities import parse_help, parse_options
+from specops.commands.knobs import BEGIN, END
+from specops.knobs import KNOBS, LEGACY, ROLE_NAMES_PENDING, SPEC, markdown_table
+from specops.profile import ServerProfile
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures"
+HELP = {SPEC: (FIX / "llama-server-0c1e57098" / "llama-server_help.txt").read_text(),
+        LEGACY: (FIX / "llama-server-legacy" / "help.txt").read_text()}
+CAPS = {era: parse_help(text) for era, text in HELP.items()}
+
+# every program has these; the test cannot tell llama-server's from anyone else's
+UNIVERSAL = {"--help", "--usage", "--version"}
+# A module may name a llama-server spelling that is not llama-server's flag there, with a reason.
+NOT_LLAMA_SERVER = {
+    ("src/specops/bench/runner.py", "--draft"): "specops bench's own --draft option (the draft model path)",
+    ("src/specops/exporter/config.py", "--timeout"): "specops exporter's own --timeout option",
+}
+_TOKEN = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+
+
+def forbidden() -> set[str]:
+    """Every spelling llama-server's --help lists (both eras), but one-letter ones (every tool has -m, -c, -t)."""
+    flags = set().union(*(c.flags for c in CAPS.values()))
+    return {f for f in flags if len(f) > 2 and f not in UNIVERSAL}
+
+
+def scanned_files() -> list[Path]:
+    files = [*(ROOT / "src").rglob("*.py"), *(ROOT / "roles").glob("*/files/*.py"), *(ROOT / "plugins").rglob("*.py")]
+    return sorted(f for f in files if f != ROOT / "src" / "specops" / "knobs.py")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            found.add(id(body[0].value))
+    return found
+
+
+def _own_options(tree: ast.AST) -> tuple[set[str], set[int]]:
+    """Option names a module declares for its own command line (``add_argument("--x", ...)``): there,
+    ``--x`` is that command's option even when llama-server has one of the same name."""
+    names: set[str] = set()
+    nodes: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    names.add(arg.value)
+                    nodes.add(id(arg))
+    return names, nodes
+
+
+def spelled_flags(source: str, rel: str, bad: set[str]) -> list[str]:
+    """``path:line: flag`` for each llama-server spelling in a module's code (its string constants; docstrings
+    and comments are prose for people and are not scanned)."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    own, own_nodes = _own_options(tree)
+    hits = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skip | own_nodes:
+            continue
+        for flag in _TOKEN.findall(node.value):
+            if flag in bad and flag not in own and (rel, flag) not in NOT_LLAMA_SERVER:
+                hits.append(f"{rel}:{node.lineno}: {flag}")
+    return hits
+
+
+def test_no_module_but_the_knob_table_spells_a_llama_server_flag() -> None:
+    bad = forbidden()
+    assert {"--spec-type", "-md", "--cache-ram", "--draft-max", "--spec-draft-n-max", "-cram"} <= bad
+    hits = [hit for path in scanned_files()
+            for hit in spelled_flags(path.read_text(), path.relative_to(ROOT).as_posix(), bad)]
+    assert not hits, "llama-server flags spelled outside src/specops/knobs.py (use knob(NAME)):\n" + "\n".join(hits)
+
+
+def test_the_scan_finds_a_flag_in_code_but_not_in_docstrings_or_own_options() -> None:
+    sample = ('"""Docs may say --spec-type."""\nARGS = ["-md", "x"]\nMSG = f"use --cache-ram {1}"\n'
+              'def f(p):\n    p.add_argument("--port")\n    return "see --port", "--draft"\n')
+    assert spelled_flags(sample, "src/x.py", forbidden()) == ["src/x.py:2: -md", "src/x.py:3: --cache-ram",
+                                                              "src/x.py:6: --draft"]
+
+
+def test_every_option_a_knob_touches_is_declared_whole() -> None:
+    """All spellings of llama-server's option (in each era's --help) belong to the knob that uses it, so a
+    command-line reader knows every alias, and each written spelling exists in the era it is written for."""
+    for era, text in HELP.items():
+        options = parse_options(text)
+        for k in KNOBS:
+            if k.spellings(era):  # argv writes the first one the build accepts
+                assert any(CAPS[era].has(f) for f in k.spellings(era)), (era, k.name, k.spellings(era))
+            for opt in options:
+                if set(opt.names) & set(k.own_spellings):
+                    assert set(opt.names) <= set(k.all_spellings), (era, k.name, opt.names)
+        for k in KNOBS:
+            for spec_type, flag in k.per_spec_type:
+                if era == SPEC:
+                    assert flag in CAPS[era].flags, (k.name, spec_type, flag)
+
+
+def test_profile_has_one_field_per_knob() -> None:
+    assert {f.name for f in fields(ServerProfile)} == {k.name for k in KNOBS}
+
+
+def test_llama_cpp_defaults_are_those_of_its_help() -> None:
+    """Where --help states a default, the table's llama_default says the same."""
+    by_flag = {name: opt for opt in parse_options(HELP[SPEC]) for name in opt.names}
+    checked = 0
+    for k in KNOBS:
+        if not k.flags or k.llama_default is None:
+            continue
+        m = re.search(r"\(default: '?([^,')]+)'?[,)]", by_flag[k.flag].description)
+        if not m:
+            continue
+        stated = m.group(1).strip()
+        if isinstance(k.llama_default, bool) and stated not in ("enabled", "disabled"):
+            continue  # "enabled if number of slots is auto": said in the knob's doc
+        expected = {True: "enabled", False: "disabled"}.get(k.llama_default, k.llama_default) \
+            if isinstance(k.llama_default, bool) else k.llama_default
+        if isinstance(expected, float):
+            stated_value: object = float(stated)
+        elif isinstance(expected, int):
+            stated_value = int(stated)
+        else:
+            stated_value = stated
+        assert stated_value == expected, (k.name, stated)
+        checked += 1
+    assert checked >= 8
+
+
+# ---- the service role agrees with the table --------------------------------------------------------------
+ROLE = ROOT / "roles" / "llama_server"
+
+
+def role_defaults() -> dict:
+    return yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+
+
+def _unset(value: object) -> object:
+    """The role writes "leave llama.cpp's default" as null or '' and lists as []."""
+    if value == "" or value is None:
+        return None
+    return tuple(value) if isinstance(value, list) else value
+
+
+@pytest.mark.parametrize("k", KNOBS, ids=lambda k: k.name)
+def test_role_defaults_agree_with_the_table(k) -> None:
+    defaults = role_defaults()
+    var = k.role_var
+    if not k.role:
+        assert var not in defaults, f"{k.role_var} is in the role: set role=True for {k.name} in knobs.py"
+        return
+    assert var in defaults, f"roles/llama_server/defaults/main.yml has no {var}"
+    value = defaults[var]
+    if isinstance(value, str) and "{{" in value:  # computed by the role (model paths)
+        assert k.default is None
+        return
+    assert _unset(value) == _unset(k.default), f"{var}: role default {value!r}, knob table {k.default!r}"
+
+
+def test_pending_role_renames_are_still_pending() -> None:
+    defaults = role_defaults()
+    for name, var in ROLE_NAMES_PENDING.items():
+        assert var in defaults and f"llama_server_{name}" not in defaults, (
+            f"{var} was renamed to llama_server_{name}: drop it from knobs.ROLE_NAMES_PENDING")
+
+
+def test_the_draft_length_the_fit_assumes_is_the_deployed_one() -> None:
+    from specops.cli import build_parser
+    from specops.commands.fit import fit_params
+
+    args = build_parser().parse_args(["fit", "t.gguf"])
+    params = fit_params(args, None)
+    defaults = role_defaults()
+    assert params.draft_n_max == defaults["llama_server_draft_n_max"] == 2
+    assert params.cache_type_v == defaults["llama_server_cache_type_v"]
+    assert params.cache_ram_mib == defaults["llama_server_cache_ram_mib"]
+
+
+def test_fit_reads_the_service_profile(tmp_path: Path) -> None:
+    from specops.cli import build_parser
+    from specops.commands.fit import fit_params
+
+    profile = {"draft_n_max": 5, "ctx_size": "8192", "cache_type_k": "q8_0", "cache_ram_mib": 0, "parallel": 2}
+    args = build_parser().parse_args(["fit", "t.gguf", "--parallel", "3", "--cache-ram", "512"])
+    params = fit_params(args, profile)
+    assert (params.draft_n_max, params.ctx_size, params.cache_type_k) == (5, 8192, "q8_0")
+    assert (params.parallel, params.cache_ram_mib) == (3, 512)  # options override the profile
+    args = build_parser().parse_args(["fit", "t.gguf", "--draft-n-max", "7", "-ctk", "q4_0"])
+    assert (fit_params(args, None).draft_n_max, fit_params(args, None).cache_type_k) == (7, "q4_0")
+
+
+# ---- the README's settings table is generated ------------------------------------------------------------
+def test_role_readme_settings_table_is_the_generated_one() -> None:
+    text = (ROLE / "README.md").read_text()
+    assert BEGIN in text and END in text, f"roles/llama_server/README.md needs the markers {BEGIN} ... {END}"
+    section = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert section.strip() == markdown_table().strip(), (
+        "roles/llama_server/README.md is out of date: run `specops knobs --markdown --update "
+        "roles/llama_server/README.md`")
+
+
+def test_markdown_table_has_one_row_per_knob() -> None:
+    rows = [line for line in markdown_table().splitlines() if line.startswith("| `")]
+    assert len(rows) == len(KNOBS)
+    assert any("`llama_server_draft_n_max` | `2` | `3` | `--spec-draft-n-max` / `--draft-max`, `--draft`" in r
+               for r in rows)
