@@ -123,6 +123,17 @@ ROWS: list[tuple[str, list[Panel]]] = [
               [(f"histogram_quantile(0.99, sum by (instance, endpoint, le) "
                 f"(rate(specops_exporter_scrape_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
                 "{{instance}} {{endpoint}}")], unit="s", width=9),
+        Panel("Seconds since the exporter last read llama-server whole",
+              [(f"time() - llamacpp_exporter_last_success_timestamp_seconds{{{SEL}}}", "{{instance}}")],
+              unit="s", width=12,
+              description="Staleness: how old the server's series are. Grows while llama-server is down or answers "
+              "errors (its derived gauges are then absent, not stale); a few scrape intervals when healthy."),
+        Panel("Speculation state known",
+              [(f"llamacpp_speculation_state_known{{{SEL}}}", "{{instance}} known"),
+               (f"llamacpp_speculation_expected{{{SEL}}}", "{{instance}} expected")], width=12,
+              description="known 1: the exporter knows whether the server is meant to speculate (command line "
+              "first, else /slots); 0: unknown (expected is then absent, never exported as off). Alert "
+              "SpeculationStateUnknown fires after 10 minutes of 0."),
         Panel("Build, models and speculation settings", [(f"llamacpp_server_info{{{SEL}}}", "")], "table",
               width=24, height=6, instant=True),
     ]),

@@ -145,3 +145,10 @@ def test_every_dashboard_panel_has_data(start_server, smollm, tmp_path, processe
     (gpu,) = query(prom, "llamacpp_process_gpu_memory_bytes")
     assert float(gpu["value"][1]) == 321 * 1024 * 1024
     assert os.path.exists(tmp_path / "tsdb")
+    # the tri-state and staleness panels: a speculative server is known to be meant to speculate, and the last
+    # whole read of its /metrics is a few 1 s passes old, never in the future
+    (known,) = query(prom, "llamacpp_speculation_state_known")
+    (expected,) = query(prom, "llamacpp_speculation_expected")
+    assert known["value"][1] == "1" and expected["value"][1] == "1"
+    (stale,) = query(prom, "time() - llamacpp_exporter_last_success_timestamp_seconds")
+    assert 0 <= float(stale["value"][1]) < 60, stale
