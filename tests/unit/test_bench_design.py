@@ -217,3 +217,54 @@ def test_aa_check_settles_and_then_leaves_the_blocks() -> None:
     assert d.aa_pooled() is not None and rel_half_width(d.aa_pooled()) <= 0.025  # type: ignore[arg-type]
     never = Design(["x"], {"w": ["a", "b", "c", "d", "e"]}, min_tasks=None)
     assert all(AA in b.arms for b in drive(never, {"x": 12.0}))
+
+
+def _noisy_run(d: Design, differ_at: dict[str, int]) -> None:
+    """A noisy arm near 1.02 (never settles by its interval); its answer differs from its reference's from
+    block ``differ_at[arm]`` on."""
+    factors = [1.15, 0.9, 1.2, 0.85, 1.1, 0.95, 1.05, 1.0, 1.02, 0.98, 1.01, 1.0]
+    while (b := d.next_block(0)) is not None:
+        speeds = {BASELINE: 10.0, AA: 10.0, **{a: 10.2 * factors[b.index % 12] for a in b.arms
+                                             if a not in (BASELINE, AA)}}
+        texts = {a: "same answer" for a in b.arms}
+        for arm, at in differ_at.items():
+            if arm in texts and b.index >= at:
+                texts[arm] = "another answer"
+        d.add(b, speeds, texts)
+    d.finish_rep(0)
+
+
+def test_under_rule_identical_a_differing_answer_stops_the_arm_at_once() -> None:
+    """The recommendation (rule 'identical') can never pick an arm whose answer differed once: measuring it
+    further cannot change the pick, so it stops in that block, before its interval settles, and counts as
+    a confident conclusion."""
+    from specops.bench.design import CONFIDENT, DIFFERS
+    tasks = {"w": [f"t{i}" for i in range(12)]}
+    d = Design(["noisy", "steady"], tasks, min_tasks=4, half_width=0.05, identity_stop=True)
+    _noisy_run(d, {"noisy": 1})
+    assert d.status["noisy"]["w"].stopped == DIFFERS and DIFFERS in CONFIDENT
+    assert d.n_tasks("noisy", "w") == 2  # stopped in the block where it first differed
+    assert d.status["steady"]["w"].stopped != DIFFERS and d.n_tasks("steady", "w") > 4
+
+
+def test_without_the_identity_stop_a_differing_arm_runs_on() -> None:
+    """Rule 'fastest' and the exhaustive reference run never stop on identity."""
+    tasks = {"w": [f"t{i}" for i in range(12)]}
+    d = Design(["noisy"], tasks, min_tasks=4, half_width=0.05)
+    _noisy_run(d, {"noisy": 1})
+    assert d.n_tasks("noisy", "w") > 4 and d.status["noisy"]["w"].stopped != "output differs"
+    ex = Design(["noisy"], tasks, min_tasks=None, identity_stop=True)
+    _noisy_run(ex, {"noisy": 0})
+    assert ex.n_tasks("noisy", "w") == 12 and ex.status["noisy"]["w"].stopped == "exhausted"
+
+
+def test_identity_is_compared_with_the_arms_own_reference() -> None:
+    """An exact-profile arm is compared with its exact-profile baseline, not the plain baseline (their texts
+    may legitimately differ from the plain baseline's)."""
+    tasks = {"w": [f"t{i}" for i in range(8)]}
+    d = Design(["exact-baseline", "exact-n2"], tasks, min_tasks=4, identity_stop=True,
+               references={"exact-baseline": ["exact-n2"]})
+    while (b := d.next_block(0)) is not None:
+        texts = {a: ("exact text" if a.startswith("exact") else "plain text") for a in b.arms}
+        d.add(b, {a: 10.0 for a in b.arms}, texts)
+    assert d.status["exact-n2"]["w"].stopped != "output differs"

@@ -15,7 +15,7 @@ from typing import Any
 from specops.bench import ceiling as ceil
 from specops.bench import identity
 from specops.bench.arms import AA, BASELINE
-from specops.bench.design import Block, Design, conclusion, rel_half_width
+from specops.bench.design import DIFFERS, INCONCLUSIVE, Block, Design, conclusion, rel_half_width
 from specops.bench.stats import Interval, mean
 
 ALL = "all"
@@ -155,6 +155,8 @@ def analyse(
                 aw.conclusion = conclusion(aw.speedup, design.half_width)
                 if arm in design.status and wl != ALL:
                     aw.stopped = design.status[arm][wl].stopped
+                    if aw.stopped == DIFFERS and aw.conclusion == INCONCLUSIVE:
+                        aw.conclusion = DIFFERS
             if rel and drafts:
                 n_dec = sum(max(0, int(r.get("n_predicted") or 0) - 1) for r in reqs)
                 pred = ceil.predict(n_dec, drafts, dn, da, rel, r_cost if math.isfinite(r_cost) else 0.0, draft_rel)

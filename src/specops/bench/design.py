@@ -13,7 +13,10 @@ the tasks are the sample, so the interval speaks for the workload, not only for 
 **Stopping.** Per arm and workload, once ``min_tasks`` tasks are in, the arm stops running that workload
 as soon as its interval settles the question the recommendation asks: wholly below 1.0 (*slower*), wholly
 below 1 + ``half_width`` (no gain worth deploying), wholly above 1.0 (*faster*), or a relative half-width of
-at most ``half_width`` (*precise*). When the workload's tasks are used up it ends *exhausted*; a budget
+at most ``half_width`` (*precise*). With ``identity_stop`` (rule *identical*), an arm whose answer differs
+from its reference's in any block stops there (*output differs*): that rule can never pick it for the
+workload, so more measurement cannot change the recommendation. When the workload's tasks are used up it
+ends *exhausted*; a budget
 that runs out ends the rest *budget*. Stopping is decided after every block; the report states that the
 intervals are per-look 95% intervals.
 
@@ -33,7 +36,8 @@ from specops.bench.arms import AA, BASELINE
 from specops.bench.stats import Interval, geomean_ratio_ci, t975
 
 SLOWER, FASTER, NO_GAIN, INCONCLUSIVE = "slower", "faster", "no gain", "inconclusive"
-CONFIDENT = (SLOWER, FASTER, NO_GAIN)
+DIFFERS = "output differs"  # under rule 'identical': disqualified whatever its speed
+CONFIDENT = (SLOWER, FASTER, NO_GAIN, DIFFERS)
 
 
 def rel_half_width(iv: Interval) -> float:
@@ -97,6 +101,7 @@ class Design:
         references: Mapping[str, Sequence[str]] | None = None,
         fpc: bool = True,
         aa_precision: float | None = 0.025,
+        identity_stop: bool = False,
     ) -> None:
         if reps < 1:
             raise ValueError("reps must be >= 1")
@@ -111,6 +116,10 @@ class Design:
         self.references = {r: list(d) for r, d in (references or {}).items() if r in arms}
         self.fpc = fpc
         self.aa_precision = aa_precision
+        self.identity_stop = identity_stop
+        self.reference_of = {d: r for r, ds in self.references.items() for d in ds}
+        # per (arm, workload): tasks whose answer differed from the reference's in the same block
+        self.differs: dict[str, dict[str, set[str]]] = {}
         self.status = {a: {w: Status() for w in self.workloads} for a in self.arms}
         # per (arm, workload, task): block ratios; baselines' A/A ratios under AA
         self.ratios: dict[str, dict[str, dict[str, list[float]]]] = {}
@@ -120,9 +129,18 @@ class Design:
         self._turn_of: dict[int, int] = {}  # block index -> its turn
 
     # ---- feeding ----------------------------------------------------------------------------
-    def add(self, block: Block, tps: Mapping[str, float | None]) -> None:
-        """Record a finished block: decode tok/s per server that ran it (None: no usable rate)."""
+    def add(self, block: Block, tps: Mapping[str, float | None],
+            texts: Mapping[str, str | None] | None = None) -> None:
+        """Record a finished block: decode tok/s per server that ran it (None: no usable rate) and, for the
+        identity stop, each server's answer."""
         self.blocks = max(self.blocks, block.index + 1)
+        if self.identity_stop and texts:
+            for arm in block.arms:
+                ref = self.reference_of.get(arm, BASELINE)
+                if arm in (BASELINE, AA) or arm not in self.status or texts.get(arm) is None:
+                    continue
+                if texts.get(ref) is not None and texts[arm] != texts[ref]:
+                    self.differs.setdefault(arm, {}).setdefault(block.workload, set()).add(block.task)
         base = tps.get(BASELINE)
         again = tps.get(AA) if self.aa else None
         for arm in block.arms:
@@ -255,6 +273,9 @@ class Design:
             return
         for arm in self.alive(wl):
             if arm in self.references:
+                continue
+            if self.differs.get(arm, {}).get(wl):
+                self.status[arm][wl].stopped = DIFFERS
                 continue
             if self.n_tasks(arm, wl) < self.min_tasks:
                 continue

@@ -381,7 +381,11 @@ def markdown(
       f"below {1 + float(dz.get('half_width', 0.05)):.2f} (no gain worth deploying), or a half-width within "
       f"±{float(dz.get('half_width', 0.05)):.0%} (precise); workloads take turns; the A/A check stops once it has "
       f"{dz.get('min_tasks')} blocks in a workload and its pooled interval is within ±"
-      f"{float(dz.get('aa_precision') or 0):.1%}; a budget stops the run before a block that would not fit. "
+      f"{float(dz.get('aa_precision') or 0):.1%}; "
+      + ("under rule 'identical' an arm whose answer differs from its reference's in any block stops on that "
+         "workload at once (output differs: the rule can never pick it there, whatever its speed); "
+         if dz.get("identity_stop") else "")
+      + "a budget stops the run before a block that would not fit. "
       "Intervals are per-look 95% intervals (looking after every block makes them somewhat optimistic; the A/A "
       "check and the exhaustive reference run are the guard).")
     w(f"- {plan.get('reps')} repetition(s); servers restart between repetitions (fresh n-gram pools). Acceptance = "

@@ -395,7 +395,8 @@ def replay(design: Design, store: ResultStore) -> tuple[int, float]:
             design.fail(rec["arm"], rec["why"])
             continue
         b = Block(rec["index"], rec["rep"], rec["workload"], rec["task"], tuple(rec["arms"]))
-        design.add(b, {a: r.get("decode_tps") for a, r in rec["results"].items()})
+        design.add(b, {a: r.get("decode_tps") for a, r in rec["results"].items()},
+                   {a: r.get("text") for a, r in rec["results"].items() if "error" not in r})
         rep = max(rep, b.rep)
         used = max(used, float(rec.get("elapsed_s", 0.0)))
     return rep, used
@@ -453,7 +454,7 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
                         pool.stop(name)
                         progress.note(f"  {name} failed and is left out: {res['error']}")
                 tps = {a: (r.get("decode_tps") if "error" not in r else None) for a, r in results.items()}
-                design.add(block, tps)
+                design.add(block, tps, {a: r.get("text") for a, r in results.items() if "error" not in r})
                 elapsed = clock() - t0
                 store.append("blocks.jsonl", {
                     "index": block.index, "rep": rep, "workload": block.workload, "task": block.task,

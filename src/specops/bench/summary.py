@@ -32,7 +32,8 @@ def design_of(plan: dict[str, Any]) -> Design:
     dz = plan["design"]
     return Design(dz["arms"], dz["tasks"], reps=plan["reps"], min_tasks=dz["min_tasks"],
                   half_width=dz["half_width"], seed=plan["seed"], references=dz.get("references"),
-                  fpc=dz.get("fpc", False), aa_precision=dz.get("aa_precision"))
+                  fpc=dz.get("fpc", False), aa_precision=dz.get("aa_precision"),
+                  identity_stop=dz.get("identity_stop", False))
 
 
 def load_results(store: ResultStore) -> tuple[dict[str, Any], Design, dict[str, dict[str, ArmWorkload]]]:

@@ -375,6 +375,7 @@ def run(args: argparse.Namespace) -> int:
         "arms": spec_arms, "tasks": by_wl, "min_tasks": None if args.exhaustive else args.min_tasks,
         "half_width": args.half_width, "references": refs, "exhaustive": args.exhaustive,
         "run_anyway": run_anyway, "fpc": True, "aa_precision": args.aa_precision,
+        "identity_stop": args.rule == "identical" and not args.exhaustive,
     }
     counts = {w: len(ids) for w, ids in by_wl.items()}
     plan: dict[str, Any] = {
@@ -408,7 +409,8 @@ def run(args: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     design = Design(spec_arms, by_wl, reps=reps, min_tasks=design_def["min_tasks"], half_width=args.half_width,
-                    seed=args.seed, references=refs, aa_precision=args.aa_precision)
+                    seed=args.seed, references=refs, aa_precision=args.aa_precision,
+                    identity_stop=design_def["identity_stop"])
     total = sum(counts.values())
     progress.note(
         f"bench: {len(spec_arms)} arm(s) + baseline + A/A × {total} tasks × {reps} rep(s), max {args.max_tokens} "

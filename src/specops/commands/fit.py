@@ -13,6 +13,7 @@ from pathlib import Path
 
 from specops.fit import CACHE_TYPES, DEFAULT_MARGIN, FitError, FitParams, estimate, measure_memory, render
 from specops.ggufmeta import GGUFError
+from specops.tabbyapi import fitcli
 
 NAME = "fit"
 HELP = "estimate memory for target + draft (weights, KV, compute) and check it against RAM or GPU memory"
@@ -51,9 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="`llama-server --list-devices` output captured on the deploy host: GPU memory of the "
                         "--backend's devices (works for vulkan, sycl, metal too)")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    fitcli.add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.engine == "tabbyapi":
+        return fitcli.run(args)
     params = FitParams(
         ctx_size=args.ctx_size, parallel=args.parallel, kv_unified=args.kv_unified,
         cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
