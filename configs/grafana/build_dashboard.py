@@ -16,6 +16,8 @@ OUT = Path(__file__).resolve().parent / "dashboards" / "specops-llama-server.jso
 UID = "specops-llama-server"
 SEL = 'instance=~"$instance"'
 DS = {"type": "prometheus", "uid": "${datasource}"}
+# Panels built on series that TabbyAPI cannot give (llamacpp_exporter_unsupported_series) say so when empty.
+NOT_ON_TABBY = "No data (TabbyAPI cannot give this: see the table 'Series this engine cannot give')"
 
 
 @dataclass
@@ -28,6 +30,7 @@ class Panel:
     height: int = 8
     description: str = ""
     instant: bool = False
+    no_value: str = ""  # text shown when the panel has no data
     extra: dict = field(default_factory=dict)
 
 
@@ -46,7 +49,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
                                          "{{instance}}")], "stat", unit="percentunit", width=4, height=4),
         Panel("Mean acceptance length (5m)",
               [(f"instance:llamacpp_spec_mean_acceptance_length:rate5m{{{SEL}}}", "{{instance}}")],
-              "stat", width=4, height=4, description="Tokens per verification step (1 + accepted/drafts)."),
+              "stat", width=4, height=4, description="Tokens per verification step (1 + accepted/drafts).",
+              no_value="n/a on TabbyAPI"),
         Panel("Decode tokens/s (5m)",
               [(f"instance:llamacpp_decode_tokens_per_second:rate5m{{{SEL}}}", "{{instance}}")],
               "stat", width=4, height=4),
@@ -59,20 +63,23 @@ ROWS: list[tuple[str, list[Panel]]] = [
               "deploy's speed gate on each host (its measured round cost): below it speculation is slower than "
               "plain decoding there."),
         Panel("Mean acceptance length",
-              [(f"instance:llamacpp_spec_mean_acceptance_length:rate5m{{{SEL}}}", "{{instance}}")]),
+              [(f"instance:llamacpp_spec_mean_acceptance_length:rate5m{{{SEL}}}", "{{instance}}")],
+              no_value=NOT_ON_TABBY),
         Panel("Acceptance by draft position",
               [(f"instance_position:llamacpp_spec_acceptance_by_position:rate5m{{{SEL}}}",
                 "{{instance}} pos {{position}}")], unit="percentunit",
-              description="Share of verification steps that accepted draft position N."),
+              description="Share of verification steps that accepted draft position N.", no_value=NOT_ON_TABBY),
         Panel("Draft tokens, accepted tokens and verification steps /s",
               [(f"rate(llamacpp_spec_draft_tokens_total{{{SEL}}}[$__rate_interval])", "{{instance}} drafted"),
                (f"rate(llamacpp_spec_accepted_tokens_total{{{SEL}}}[$__rate_interval])",
                 "{{instance}} accepted"),
                (f"rate(llamacpp_spec_drafts_total{{{SEL}}}[$__rate_interval])", "{{instance}} steps")],
-              width=12),
+              width=12, description="TabbyAPI gives drafted and accepted tokens but no verification steps."),
         Panel("Speculation configured / active slots",
               [(f"llamacpp_speculation_expected{{{SEL}}}", "{{instance}} expected"),
-               (f"llamacpp_slots_speculative{{{SEL}}}", "{{instance}} speculative slots")], width=12),
+               (f"llamacpp_slots_speculative{{{SEL}}}", "{{instance}} speculative slots")], width=12,
+              description="expected is absent while the exporter does not know (always on TabbyAPI: no command "
+              "line it can read, no /slots).", no_value=NOT_ON_TABBY),
     ]),
     ("Throughput and requests", [
         Panel("Decode speed vs plain decoding on this host",
@@ -88,7 +95,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
                (f"llamacpp_requests_deferred{{{SEL}}}", "{{instance}} deferred")]),
         Panel("Slots",
               [(f"llamacpp_slots{{{SEL}}}", "{{instance}} total"),
-               (f"llamacpp_slots_busy{{{SEL}}}", "{{instance}} busy")], width=12),
+               (f"llamacpp_slots_busy{{{SEL}}}", "{{instance}} busy")], width=12, no_value=NOT_ON_TABBY),
         Panel("Prompt cache reuse /s",
               [(f"rate(llamacpp_prompt_tokens_cached_total{{{SEL}}}[$__rate_interval])", "{{instance}}")],
               width=12),
@@ -123,8 +130,23 @@ ROWS: list[tuple[str, list[Panel]]] = [
               [(f"histogram_quantile(0.99, sum by (instance, endpoint, le) "
                 f"(rate(specops_exporter_scrape_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
                 "{{instance}} {{endpoint}}")], unit="s", width=9),
+        Panel("Seconds since the exporter last read llama-server whole",
+              [(f"time() - llamacpp_exporter_last_success_timestamp_seconds{{{SEL}}}", "{{instance}}")],
+              unit="s", width=12,
+              description="Staleness: how old the server's series are. Grows while llama-server is down or answers "
+              "errors (its derived gauges are then absent, not stale); a few scrape intervals when healthy."),
+        Panel("Speculation state known",
+              [(f"llamacpp_speculation_state_known{{{SEL}}}", "{{instance}} known"),
+               (f"llamacpp_speculation_expected{{{SEL}}}", "{{instance}} expected")], width=12,
+              description="known 1: the exporter knows whether the server is meant to speculate (command line "
+              "first, else /slots); 0: unknown (expected is then absent, never exported as off). Alert "
+              "SpeculationStateUnknown fires after 10 minutes of 0."),
         Panel("Build, models and speculation settings", [(f"llamacpp_server_info{{{SEL}}}", "")], "table",
               width=24, height=6, instant=True),
+        Panel("Series this engine cannot give", [(f"llamacpp_exporter_unsupported_series{{{SEL}}}", "")], "table",
+              width=24, height=8, instant=True, no_value="None: llama-server gives every series",
+              description="From the exporter (--engine): series the server behind it cannot give, and why. They "
+              "are absent for that instance (never 0), so the panels built on them stay empty there."),
     ]),
 ]
 
@@ -144,6 +166,8 @@ def _panel(p: Panel, pid: int, x: int, y: int) -> dict:
     }
     if p.description:
         panel["description"] = p.description
+    if p.no_value:
+        panel["fieldConfig"]["defaults"]["noValue"] = p.no_value
     if p.kind == "stat":
         panel["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                             "colorMode": "value", "graphMode": "area"}

@@ -275,6 +275,53 @@ def state_window_gone_stale(mp: pytest.MonkeyPatch) -> Scraper:
     return s
 
 
+# ---- TabbyAPI (--engine tabbyapi) ----------------------------------------------------------------------------
+# A fake TabbyAPI: the bodies its /metrics renders (tests/fixtures/exporter/tabbyapi-5b73894*.txt, produced by
+# its own common/metrics.py; it needs a CUDA GPU to run for real) and its /health answer. It has no /slots nor
+# /props: the exporter must not ask.
+TABBY = GOLDEN.parent / "tabbyapi-5b73894.txt"
+TABBY_LATER = GOLDEN.parent / "tabbyapi-5b73894-later.txt"
+TABBY_HEALTH = b'{"status":"healthy","issues":[]}'
+
+
+def tabby_fetcher() -> FakeFetcher:
+    return FakeFetcher({"/health": Answer(body=TABBY_HEALTH), "/metrics": Answer(body=TABBY.read_bytes())})
+
+
+@state
+def state_tabbyapi_traffic(mp: pytest.MonkeyPatch) -> Scraper:
+    """TabbyAPI after 12 requests, then after 21: acceptance ratio from its counters; no drafts counter, so no
+    mean acceptance length; speculation unknown (no command line to read, no /slots)."""
+    clock = FakeClock()
+    f = tabby_fetcher()
+    s = passes(fake_scraper(f, clock, engine="tabbyapi"), clock)
+    f.routes["/metrics"] = Answer(body=TABBY_LATER.read_bytes())
+    return passes(s, clock)
+
+
+@state
+def state_tabbyapi_without_spec_counters(mp: pytest.MonkeyPatch) -> Scraper:
+    """The first /metrics of TabbyAPI's pull request (9d61e78) had no spec_decode series: none exported."""
+    clock = FakeClock()
+    f = tabby_fetcher()
+    old = [TABBY, TABBY_LATER]
+    bodies = ["\n".join(x for x in p.read_text().splitlines() if "spec_decode" not in x) + "\n" for p in old]
+    s = fake_scraper(f, clock, engine="tabbyapi")
+    for body in bodies:
+        f.routes["/metrics"] = Answer(body=body.encode())
+        passes(s, clock)
+    return s
+
+
+@state
+def state_tabbyapi_metrics_disabled(mp: pytest.MonkeyPatch) -> Scraper:
+    """TabbyAPI without network.enable_metrics (or a build without /metrics): 404, up 0, healthy 1."""
+    clock = FakeClock()
+    f = tabby_fetcher()
+    f.routes["/metrics"] = Answer(404, b'{"detail":"The metrics endpoint is disabled."}')
+    return passes(fake_scraper(f, clock, engine="tabbyapi"), clock, 2)
+
+
 # ---- the comparison ----------------------------------------------------------------------------------------
 
 def render(scraper: Scraper) -> str:

@@ -91,6 +91,10 @@ def test_dashboard_structure():
     titles = " ".join(p["title"].lower() for p in panels)
     for needed in ("acceptance", "position", "tokens", "requests", "memory", "gpu", "restarts", "exporter"):
         assert needed in titles
+    exprs = [t["expr"] for p in panels if p["type"] != "row" for t in p["targets"]]
+    # issue 13: the tri-state speculation and the exporter's staleness have panels of their own
+    assert 'llamacpp_speculation_state_known{instance=~"$instance"}' in exprs
+    assert 'time() - llamacpp_exporter_last_success_timestamp_seconds{instance=~"$instance"}' in exprs
 
 
 def test_grafana_provisioning_files():

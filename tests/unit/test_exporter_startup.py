@@ -104,3 +104,22 @@ def test_good_arguments_still_work_once():
     proc = run_exporter("module", "--server-url", closed_url(), "--once", "--interval", "1")
     assert proc.returncode == 0, proc.stderr
     assert "llamacpp_up 0.0" in proc.stdout
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize(("args", "word"), [
+    (["--bogus"], "--bogus"),  # reported by the top-level parser of `specops`: its usage used to come first
+    (["--unit", "x.service", "--pid", "3"], "--pid"),  # a mutually exclusive group
+    (["--listen-address"], "--listen-address"),  # an option without its value
+])
+def test_argparse_usage_errors_are_one_line(entry, args, word):
+    proc = run_exporter(entry, "--server-url", closed_url(), "--once", *args)
+    assert_one_line_exit_2(proc, word, "--help")
+    assert "usage:" not in proc.stderr
+
+
+def test_other_commands_keep_argparse_usage():
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.run([sys.executable, "-m", "specops.cli", "fit", "--bogus"], capture_output=True, text=True,
+                          timeout=60, env=env, check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: specops fit"), proc.stderr

@@ -20,6 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = ExporterConfig()
     p.add_argument("--server-url", default=d.server_url,
                    help="llama-server base URL, http(s)://HOST[:PORT] (default %(default)s)")
+    p.add_argument("--engine", default=d.engine,
+                   help="the server behind --server-url: llama.cpp (llama-server) or tabbyapi (TabbyAPI with "
+                   "network.enable_metrics); the series TabbyAPI cannot give are listed in "
+                   "llamacpp_exporter_unsupported_series (default %(default)s)")
     p.add_argument("--listen-address", default=d.listen_address, help="default %(default)s (loopback)")
     p.add_argument("--listen-port", default=str(d.listen_port), help="1-65535 (default %(default)s)")
     p.add_argument("--interval", default=f"{d.interval:g}",
@@ -61,7 +65,7 @@ def _api_key(path: Path | None) -> str | None:
 def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     """The settings, checked; raises :class:`ConfigError` (one line) for the first bad one."""
     cfg = ExporterConfig(
-        server_url=args.server_url, listen_address=args.listen_address,
+        server_url=args.server_url, engine=args.engine, listen_address=args.listen_address,
         listen_port=int(parse_number("--listen-port", str(args.listen_port), integer=True)),
         interval=parse_number("--interval", str(args.interval)),
         timeout=parse_number("--timeout", str(args.timeout)),

@@ -56,8 +56,10 @@ class Exporter:
             except (OSError, OverflowError) as exc:  # in use, no such address, not permitted, out of range
                 self.scraper.close()
                 raise StartupError(f"cannot listen on {where}: {getattr(exc, 'strerror', None) or exc}") from exc
-            log.info("serving on http://%s/metrics, scraping %s every %gs", where, self.cfg.server_url,
-                     self.cfg.interval)
+            log.info("serving on http://%s/metrics, scraping %s (%s) every %gs", where, self.cfg.server_url,
+                     self.scraper.engine.label, self.cfg.interval)
+        for series, reason in self.scraper.engine.unsupported:
+            log.info("engine %s: no %s (%s)", self.scraper.engine.name, series, reason)
         if self.follower:
             self.follower.start()
         self._thread.start()

@@ -101,6 +101,7 @@ class SpecopsCollector(Collector):
                                 "are kept through failed reads, so the series does not churn.")
         info.add_metric([], server_info_labels(s))
         yield info
+        yield self._unsupported()
         yield _gauge("llamacpp_speculation_state_known",
                      "1 when the exporter knows whether llama-server is meant to speculate (from its command "
                      "line, else from /slots); 0 when it does not (then llamacpp_speculation_expected is absent).",
@@ -124,6 +125,18 @@ class SpecopsCollector(Collector):
             yield _gauge("llamacpp_slots_busy", "Slots processing a request.", float(s.slots.busy))
             yield _gauge("llamacpp_slots_speculative", "Slots with speculation enabled.",
                          float(s.slots.speculative))
+
+    def _unsupported(self) -> Metric | None:
+        engine = self.scraper.engine
+        if not engine.unsupported:
+            return None
+        g = GaugeMetricFamily("llamacpp_exporter_unsupported_series",
+                              "1 for each exporter series this engine cannot give: it is absent (never 0) for "
+                              "instances of this engine, and the dashboard's panels for it stay empty.",
+                              labels=["engine", "series", "reason"])
+        for series, reason in engine.unsupported:
+            g.add_metric([engine.name, series, reason], 1.0)
+        return g
 
     def _speculation(self, s: Snapshot) -> Iterator[Metric | None]:
         for name, value in s.spec_counters().items():

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from specops.exporter.engine import ENGINES, LLAMA_CPP
+
 MIN_INTERVAL = 1.0  # seconds: every pass GETs /metrics, and each GET resets llama-server's rate gauges
 MAX_INTERVAL = 3600.0  # an hour between passes is no watch (and longer waits overflow threading's timeouts)
 DAY = 86400.0
@@ -19,6 +21,7 @@ class ConfigError(ValueError):
 @dataclass
 class ExporterConfig:
     server_url: str = "http://127.0.0.1:8080"
+    engine: str = LLAMA_CPP  # llama.cpp | tabbyapi: which server's /metrics names and endpoints
     listen_address: str = "127.0.0.1"
     listen_port: int = 9840
     interval: float = 5.0  # seconds between llama-server scrapes (at most one /metrics GET per interval)
@@ -47,6 +50,11 @@ class ExporterConfig:
     def validate(self) -> None:
         """Raise :class:`ConfigError` for the first setting that cannot work."""
         check_url("--server-url", self.server_url)
+        if self.engine not in ENGINES:
+            raise ConfigError(f"--engine: {self.engine!r} is not one of {', '.join(ENGINES)}")
+        if self.engine != LLAMA_CPP and (self.log_journal_unit or self.log_file):
+            raise ConfigError(f"--log-journal/--log-file: the acceptance log line is llama-server's; "
+                              f"--engine {self.engine} does not write it")
         check_port("--listen-port", self.listen_port)
         check_number("--interval", self.interval, MIN_INTERVAL, MAX_INTERVAL)
         check_number("--timeout", self.timeout, 0.001, 600.0)

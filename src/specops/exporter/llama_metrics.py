@@ -1,4 +1,5 @@
-"""Parse llama-server's ``/metrics`` text into the series the exporter re-exposes.
+"""Parse the server's ``/metrics`` text (llama-server's, or TabbyAPI's: :mod:`~specops.exporter.engine`) into
+the series the exporter re-exposes.
 
 Uses :func:`specops.client.parse_metrics` (prometheus-client's parser). A body that fails to parse as a
 whole (truncated, garbage lines) is parsed line by line so one bad line does not lose the rest. Values
@@ -14,50 +15,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from specops.client import (
-    SPEC_ACCEPTED_PER_POS,
-    SPEC_ACCEPTED_TOKENS,
-    SPEC_DRAFT_TOKENS,
-    SPEC_DRAFTS,
-    Sample,
-    parse_metrics,
-)
+from specops.client import Sample, parse_metrics
+from specops.exporter.engine import HELP, LLAMA_CPP, SPEC_KEYS, Engine, engine_named
 
-# server name -> (exported name, help). Exported names drop the colon (reserved for recording rules).
-COUNTERS: dict[str, tuple[str, str]] = {
-    "llamacpp:prompt_tokens_total": ("llamacpp_prompt_tokens_total",
-                                     "Prompt tokens processed, excluding cached tokens (server counter)."),
-    "llamacpp:prompt_tokens_cached_total": ("llamacpp_prompt_tokens_cached_total",
-                                            "Prompt tokens reused from the cache (server counter)."),
-    "llamacpp:prompt_seconds_total": ("llamacpp_prompt_seconds_total",
-                                      "Time spent processing prompts (server counter)."),
-    "llamacpp:tokens_predicted_total": ("llamacpp_tokens_predicted_total",
-                                        "Generated tokens (server counter)."),
-    "llamacpp:tokens_predicted_seconds_total": ("llamacpp_tokens_predicted_seconds_total",
-                                                "Time spent generating tokens (server counter)."),
-    "llamacpp:n_decode_total": ("llamacpp_decode_calls_total",
-                                "llama_decode() calls, excluding speculative and multimodal decoding."),
-    SPEC_DRAFT_TOKENS: ("llamacpp_spec_draft_tokens_total", "Speculative: draft tokens generated."),
-    SPEC_ACCEPTED_TOKENS: ("llamacpp_spec_accepted_tokens_total",
-                           "Speculative: draft tokens accepted by the target model."),
-    SPEC_DRAFTS: ("llamacpp_spec_drafts_total", "Speculative: verification steps (drafts checked)."),
-}
-GAUGES: dict[str, tuple[str, str]] = {
-    "llamacpp:requests_processing": ("llamacpp_requests_processing", "Requests being processed."),
-    "llamacpp:requests_deferred": ("llamacpp_requests_deferred", "Requests deferred (waiting for a slot)."),
-    "llamacpp:n_busy_slots_per_decode": ("llamacpp_busy_slots_per_decode",
-                                         "Average busy slots per llama_decode() call."),
-    # The server types this one as a counter, but it is a high-water mark.
-    "llamacpp:n_tokens_max": ("llamacpp_tokens_max", "Largest sequence length seen (prompt + generation)."),
-}
-# prometheus-client's parser renames samples of a counter-typed family that lack ``_total``.
-GAUGES["llamacpp:n_tokens_max_total"] = GAUGES["llamacpp:n_tokens_max"]
+LLAMA = engine_named(LLAMA_CPP)
+# llama-server name -> (exported name, help). Exported names drop the colon (reserved for recording rules).
+COUNTERS: dict[str, tuple[str, str]] = {k: (v, HELP[v]) for k, v in LLAMA.counters.items()}
+GAUGES: dict[str, tuple[str, str]] = {k: (v, HELP[v]) for k, v in LLAMA.gauges.items()}
 PER_POS_NAME = "llamacpp_spec_accepted_tokens_by_position_total"
 PER_POS_HELP = "Speculative: accepted draft tokens per draft position (server counter)."
-SPEC_KEYS = ("llamacpp_spec_draft_tokens_total", "llamacpp_spec_accepted_tokens_total",
-             "llamacpp_spec_drafts_total")
-# The server's *_tokens_seconds gauges are reset by every GET and are deliberately not re-exposed.
-IGNORED = frozenset({"llamacpp:prompt_tokens_seconds", "llamacpp:predicted_tokens_seconds"})
+__all__ = ["COUNTERS", "GAUGES", "PER_POS_HELP", "PER_POS_NAME", "SPEC_KEYS", "ServerMetrics",
+           "parse_server_metrics"]
+# The servers' *_tokens_seconds gauges are not re-exposed (llama-server resets them on every GET; TabbyAPI's
+# is a lifetime average): rates come from the counters. Names not mapped by the engine are ignored.
 MAX_POSITIONS = 64
 
 
@@ -71,16 +41,17 @@ class ServerMetrics:
     invalid_names: set[str] = field(default_factory=set)  # exported names whose value was dropped
     truncated: bool = False
     duplicates: int = 0  # samples whose name and labels were already seen
+    spec_keys: tuple[str, ...] = SPEC_KEYS  # the speculative counters the engine gives (all or none count)
 
     @property
     def has_spec_counters(self) -> bool:
-        return all(k in self.counters for k in SPEC_KEYS)
+        return all(k in self.counters for k in self.spec_keys)
 
     @property
     def spec_counters_partial(self) -> bool:
         """Some speculative counters present and some missing or invalid: not a usable set."""
-        present = sum(k in self.counters for k in SPEC_KEYS)
-        return (0 < present < len(SPEC_KEYS)) or (present > 0 and bool(self.invalid_names & set(SPEC_KEYS)))
+        present = sum(k in self.counters for k in self.spec_keys)
+        return (0 < present < len(self.spec_keys)) or (present > 0 and bool(self.invalid_names & set(self.spec_keys)))
 
     @property
     def empty(self) -> bool:
@@ -123,33 +94,29 @@ def _duplicates(samples: list[Sample]) -> int:
     return dups
 
 
-def _exported_name(server_name: str) -> str:
-    if server_name in COUNTERS:
-        return COUNTERS[server_name][0]
-    if server_name in GAUGES:
-        return GAUGES[server_name][0]
-    return PER_POS_NAME
+def _exported_name(engine: Engine, server_name: str) -> str:
+    return engine.counters.get(server_name) or engine.gauges.get(server_name) or PER_POS_NAME
 
 
-def parse_server_metrics(text: str) -> ServerMetrics:
+def parse_server_metrics(text: str, engine: Engine = LLAMA) -> ServerMetrics:
     samples, bad = _samples(text)
     out = ServerMetrics(bad_lines=bad, truncated=bool(text) and is_truncated(text),
-                        duplicates=_duplicates(samples))
+                        duplicates=_duplicates(samples), spec_keys=engine.spec_keys)
     for s in samples:
-        if s.name in IGNORED:
-            continue
         value = s.value
         valid = isinstance(value, float) and math.isfinite(value) and value >= 0
-        known = s.name in COUNTERS or s.name in GAUGES or s.name == SPEC_ACCEPTED_PER_POS
-        if known and not valid:
-            out.invalid_values += 1
-            out.invalid_names.add(_exported_name(s.name))
+        known = s.name in engine.counters or s.name in engine.gauges or s.name == engine.per_position
+        if not known:
             continue
-        if s.name in COUNTERS:
-            out.counters[COUNTERS[s.name][0]] = value
-        elif s.name in GAUGES:
-            out.gauges[GAUGES[s.name][0]] = value
-        elif s.name == SPEC_ACCEPTED_PER_POS:
+        if not valid:
+            out.invalid_values += 1
+            out.invalid_names.add(_exported_name(engine, s.name))
+            continue
+        if s.name in engine.counters:
+            out.counters[engine.counters[s.name]] = value
+        elif s.name in engine.gauges:
+            out.gauges[engine.gauges[s.name]] = value
+        else:
             pos = s.labels.get("position", "")
             if pos.isascii() and pos.isdigit() and int(pos) < MAX_POSITIONS:
                 out.accepted_per_pos[int(pos)] = value

@@ -21,6 +21,7 @@ from specops.exporter.derived import (
     WindowFigures,
     pass_values,
 )
+from specops.exporter.engine import Engine, engine_named, other_engine
 from specops.exporter.fetch import BoundedFetcher, FetchError
 from specops.exporter.gpu import GpuError, GpuProcessMemory, find_nvidia_smi, query_compute_apps
 from specops.exporter.llama_metrics import ServerMetrics, parse_server_metrics
@@ -83,7 +84,8 @@ class Snapshot:
     def spec_counters(self) -> dict[str, float]:
         """The speculative counters from their source (server metrics or the log)."""
         if self.spec_source == "metrics" and self.metrics:
-            return {k: self.metrics.counters[k] for k in (DRAFT_TOKENS, ACCEPTED, DRAFTS)}
+            keys = (DRAFT_TOKENS, ACCEPTED, DRAFTS)
+            return {k: self.metrics.counters[k] for k in keys if k in self.metrics.spec_keys}
         if self.spec_source == "log" and self.log:
             return {DRAFT_TOKENS: float(self.log.generated), ACCEPTED: float(self.log.accepted),
                     DRAFTS: float(self.log.drafts)}
@@ -107,6 +109,7 @@ class Scraper:
                  pid_source: PidSource | None = None, fetcher: BoundedFetcher | None = None,
                  clocks: Clocks | None = None) -> None:
         self.cfg = cfg
+        self.engine: Engine = engine_named(cfg.engine)
         self.clocks = clocks or Clocks()
         self.fetcher = fetcher or BoundedFetcher(cfg.server_url, cfg.timeout, cfg.max_body_bytes, cfg.api_key)
         self.pid_source = pid_source if pid_source is not None else make_pid_source(cfg)
@@ -159,7 +162,7 @@ class Scraper:
             self.selfm.error("health", exc.kind, str(exc))
             return False
         status = data.get("status")
-        if resp.status == 200 and status == "ok":
+        if resp.status == 200 and status == self.engine.healthy_status:
             self.selfm.ok("health")
             return True
         self.selfm.condition("health", f"status:{str(status)[:20]}", f"/health says {str(data)[:120]}")
@@ -171,9 +174,11 @@ class Scraper:
         except FetchError as exc:
             self.selfm.error("metrics", exc.kind, str(exc))
             return None
-        parsed = parse_server_metrics(text)
+        parsed = parse_server_metrics(text, self.engine)
         if parsed.empty:
-            self.selfm.error("metrics", "shape", f"/metrics: no llama.cpp series in {text[:80]!r}")
+            other = other_engine(text, self.engine)
+            hint = f" (these are {other}'s: run the exporter with --engine {other})" if other else ""
+            self.selfm.error("metrics", "shape", f"/metrics: no {self.engine.name} series in {text[:80]!r}{hint}")
             return None
         if parsed.truncated or parsed.duplicates:
             why = "body cut short" if parsed.truncated else f"{parsed.duplicates} duplicated series"
@@ -201,7 +206,7 @@ class Scraper:
         return summary
 
     def _maybe_props(self, now: float) -> None:
-        if now < self._props_due:
+        if now < self._props_due or not self.engine.props:
             return
         try:
             self._props = parse_props(self._get("props", "/props").json())
@@ -280,14 +285,15 @@ class Scraper:
             if self._identity is not None and identity != self._identity:
                 restarted = True
             self._identity = identity
-            if stats.cmdline:
+            if stats.cmdline and self.engine.llama_argv:
                 self._launch, self._launch_known = parse_launch(stats.cmdline), True
-        self._maybe_build_info(stats)
+        if self.engine.llama_argv:
+            self._maybe_build_info(stats)
 
         healthy = self._health()
         metrics = self._metrics()
         up = metrics is not None
-        slots = self._slots() if up or healthy else None
+        slots = self._slots() if (up or healthy) and self.engine.slots else None
 
         if metrics is not None and stats is None and self._prev_counters and any(
             metrics.counters.get(k, 0.0) < self._prev_counters.get(k, 0.0)
