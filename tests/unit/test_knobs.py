@@ -27,6 +27,7 @@ UNIVERSAL = {"--help", "--usage", "--version"}
 NOT_LLAMA_SERVER = {
     ("src/specops/bench/runner.py", "--draft"): "specops bench's own --draft option (the draft model path)",
     ("src/specops/exporter/config.py", "--timeout"): "specops exporter's own --timeout option",
+    ("src/specops/exporter/config.py", "--log-file"): "specops exporter's own --log-file option",
 }
 _TOKEN = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
