@@ -329,3 +329,34 @@ def test_prompt_cache_bound_comes_from_the_server_command_line() -> None:
     assert prompt_cache_bound_mib(["llama-server", "-cram=0"]) == 0
     assert prompt_cache_bound_mib(["llama-server", "-m", "t.gguf"]) == 8192  # llama.cpp's default
     assert prompt_cache_bound_mib(["llama-server", "--cache-ram", "-1"]) == float("inf")
+
+
+class _SteppingClock:
+    """Every reading moves the soak's clock on by ``step`` seconds (a loaded host where time flies)."""
+
+    def __init__(self, step: float) -> None:
+        self.t, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+@pytest.mark.parametrize("limit", [None, 3])
+def test_a_fault_count_runs_every_planned_fault_even_when_recoveries_make_them_late(limit: int | None) -> None:
+    """Slots at 10, 30, 50 s of a 60 s run; each recovery takes 25 s (a loaded host), so the third slot comes
+    after the run's end. Without a count it is skipped (an overnight plan just moves on); with
+    ``--fault-count 3`` it runs late and ``pending`` keeps the load going until it has."""
+    clock = _SteppingClock(5.0)
+    actions = RecordingActions()
+    inj = Injector(FaultPlan((FaultSpec("kill9"),), first=10, interval=20, tail=0, recovery_timeout=100,
+                             limit=limit),
+                   duration=60.0, clock=clock, pid_of=lambda: 42,
+                   recovered=lambda e: e.action_end + 25 if clock.t >= e.action_end + 25 else None,
+                   actions=actions)
+    inj._run()
+    assert len(inj.schedule) == 3
+    assert len(actions.calls) == (3 if limit else 2)
+    assert inj.remaining() == (0 if limit else 1)
+    if limit:
+        assert inj.events[-1].scheduled == 50 and inj.events[-1].t > 60.0  # ran late, past the end

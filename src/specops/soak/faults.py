@@ -178,13 +178,23 @@ class Injector:
         log.info("fault %s at %.1fs: %s", spec.label(), t, event.detail or event.error)
         return event
 
+    @property
+    def exact(self) -> bool:
+        """A fault count was asked for (``--fault-count``): every planned fault runs, late if need be."""
+        return self.plan.limit is not None
+
+    def remaining(self) -> int:
+        """Planned faults not injected yet."""
+        return max(0, len(self.schedule) - len(self.snapshot()))
+
     def _run(self) -> None:
         last_slot = self.duration - self.plan.tail
         for scheduled, spec in self.schedule:
             if not self._wait_until(scheduled):
                 return
-            # a late slot (the previous fault took long to recover) is skipped past the end of the plan
-            if self.clock() > last_slot or not self.gate.begin_fault():
+            # a late slot (the previous fault took long to recover, e.g. on a loaded machine) is skipped past
+            # the end of the plan, unless a fault count was asked for: then the load goes on until it has run
+            if (self.clock() > last_slot and not self.exact) or not self.gate.begin_fault():
                 return
             try:
                 event = self.inject(scheduled, spec)
@@ -194,8 +204,11 @@ class Injector:
                 self._wait_recovery(event)
 
     def pending(self, now: float) -> bool:
-        """A fault is being injected, or the last one has not recovered yet (within the recovery timeout)."""
+        """A fault is being injected, the last one has not recovered yet (within the recovery timeout), or
+        (with a fault count) a planned fault has not run yet."""
         if self.gate.busy:
+            return True
+        if self.exact and self.remaining() and self._thread is not None and self._thread.is_alive():
             return True
         events = self.snapshot()
         if not events or events[-1].error:
