@@ -6,6 +6,7 @@ should let the exporter be the only scraper and derive rates from the ``*_total`
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +139,51 @@ class LlamaServerClient:
         body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "seed": 42}
         body.update(params)
         return self._post_json("/v1/chat/completions", body)
+
+    def chat_stream(self, messages: list[dict[str, str]], max_tokens: int = 64, **params: Any) -> dict[str, Any]:
+        """A streamed chat completion, assembled into the non-streamed shape (``choices[0].message.content``
+        and the final chunk's ``timings``) plus ``ttft_s``: seconds from sending to the first content token,
+        measured here (what a client waits, queueing included)."""
+        body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "seed": 42,
+                                "stream": True}
+        body.update(params)
+        t0 = time.monotonic()
+        ttft: float | None = None
+        parts: list[str] = []
+        timings: Any = None
+        done = False
+        with self._http.stream("POST", "/v1/chat/completions", json=body) as resp:
+            if resp.status_code >= 400:
+                raise ServerError(f"POST /v1/chat/completions: HTTP {resp.status_code}: {resp.read()[:300]!r}")
+            for line in resp.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError as exc:
+                    raise ServerError(f"POST /v1/chat/completions: invalid JSON in stream: {data[:200]!r}") from exc
+                if not isinstance(chunk, dict):
+                    raise ServerError(f"POST /v1/chat/completions: stream chunk is not an object: {data[:200]!r}")
+                if "error" in chunk:
+                    raise ServerError(f"POST /v1/chat/completions: HTTP 500: error in stream: {data[:300]}")
+                for choice in chunk.get("choices") or []:
+                    content = ((choice or {}).get("delta") or {}).get("content")
+                    if content:
+                        if ttft is None:
+                            ttft = time.monotonic() - t0
+                        parts.append(str(content))
+                if "timings" in chunk:
+                    timings = chunk["timings"]
+        if not done:
+            raise ServerError("POST /v1/chat/completions: the stream ended without [DONE]")
+        if ttft is None:  # no content at all (e.g. an immediate end of generation): the whole answer time
+            ttft = time.monotonic() - t0
+        return {"choices": [{"message": {"role": "assistant", "content": "".join(parts)}}],
+                "timings": timings, "ttft_s": ttft}
 
 
 def chat_text(response: dict[str, Any]) -> str:

@@ -44,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bound.add_argument("--requests", type=int, help="number of requests")
     load = p.add_argument_group("load")
     load.add_argument("--concurrency", type=int, default=1, help="parallel clients (default %(default)s)")
+    load.add_argument("--pin-slots", action="store_true",
+                      help="worker i sends id_slot=i (server --parallel = --concurrency): per-slot figures")
+    load.add_argument("--stream", action="store_true", help="streamed requests: time to first token measured")
     load.add_argument("--max-tokens", type=int, default=64, help="per request (default %(default)s)")
     load.add_argument("--timeout", type=float, default=120.0, help="per attempt, seconds (default %(default)s)")
     load.add_argument("--tasks", action="append", default=[], metavar="FILE",
@@ -106,6 +109,7 @@ def config_from_args(args: argparse.Namespace) -> SoakConfig:
     api_key = args.api_key_file.read_text().strip() if args.api_key_file else None
     return SoakConfig(
         url=args.url, duration=args.duration, max_requests=args.requests, concurrency=args.concurrency,
+        pin_slots=args.pin_slots, stream=args.stream,
         max_tokens=args.max_tokens, request_timeout=args.timeout,
         backoff=Backoff(initial=args.retry_initial, max_delay=max(args.retry_max_delay, args.retry_initial),
                         give_up_after=args.give_up_after),

@@ -43,6 +43,8 @@ class RequestRecord:
     draft_n: int = 0
     draft_accepted: int = 0
     drift_position: int | None = None  # reference checks: first diverging char, None when identical
+    slot: int | None = None  # the server slot the request was pinned to (id_slot), when pinned
+    ttft: float | None = None  # seconds from issue to the first content token (streamed requests; retries included)
 
     @property
     def start(self) -> float:
@@ -69,7 +71,8 @@ class RequestRecord:
             "reason": self.reason, "start": round(self.start, 3), "end": round(self.end, 3),
             "attempts": [a.to_dict() for a in self.attempts], "predicted_n": self.predicted_n,
             "predicted_ms": self.predicted_ms, "draft_n": self.draft_n, "draft_accepted": self.draft_accepted,
-            "drift_position": self.drift_position,
+            "drift_position": self.drift_position, "slot": self.slot,
+            "ttft": None if self.ttft is None else round(self.ttft, 4),
         }
         if with_text:
             d["text"] = self.text

@@ -87,6 +87,8 @@ class SoakConfig:
     duration: float | None = 600.0
     max_requests: int | None = None
     concurrency: int = 1
+    pin_slots: bool = False  # worker i sends id_slot=i: one worker per server slot (--parallel = concurrency)
+    stream: bool = False  # streamed requests: time to first token measured
     max_tokens: int = 64
     request_timeout: float = 120.0
     backoff: Backoff = field(default_factory=Backoff)

@@ -27,6 +27,7 @@ class Reply:
     predicted_ms: float
     draft_n: int
     draft_accepted: int
+    ttft: float | None = None  # streamed requests: seconds to the first content token of this attempt
 
 
 def classify(exc: BaseException) -> tuple[str, str]:
@@ -66,8 +67,10 @@ def parse_reply(body: Any) -> Reply:
     timings = body.get("timings")
     if not isinstance(timings, dict):
         raise BadReply("no 'timings' object in the answer")
+    ttft = body.get("ttft_s")
     try:
         return Reply(
+            ttft=None if ttft is None else float(ttft),
             text=text,
             predicted_n=int(timings.get("predicted_n", 0) or 0),
             predicted_ms=float(timings.get("predicted_ms", 0.0) or 0.0),
@@ -123,6 +126,8 @@ def execute(
         rec.predicted_ms = reply.predicted_ms
         rec.draft_n = reply.draft_n
         rec.draft_accepted = reply.draft_accepted
+        if reply.ttft is not None:  # what the client waited: earlier failed attempts and backoff included
+            rec.ttft = (t0 - first) + reply.ttft
         break
     rec.finish()
     return rec

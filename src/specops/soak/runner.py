@@ -28,15 +28,19 @@ from specops.soak.sampler import Sampler
 log = logging.getLogger(__name__)
 
 Send = Callable[[Task], Any]
-ClientFactory = Callable[[], Send]
+ClientFactory = Callable[[int], Send]  # worker index (-1: the client that records the references) -> send
 
 
 def default_client_factory(config: SoakConfig) -> ClientFactory:
-    def factory() -> Send:
+    def factory(index: int) -> Send:
         client = LlamaServerClient(config.url, timeout=config.request_timeout, api_key=config.api_key)
+        params = dict(workload.REQUEST_PARAMS)
+        if config.pin_slots and index >= 0:
+            params["id_slot"] = index
+        chat = client.chat_stream if config.stream else client.chat
 
         def send(task: Task) -> Any:
-            return client.chat(task.chat_messages(), max_tokens=config.max_tokens, **workload.REQUEST_PARAMS)
+            return chat(task.chat_messages(), max_tokens=config.max_tokens, **params)
 
         send.close = client.close  # type: ignore[attr-defined]
         return send
@@ -164,8 +168,10 @@ class SoakRunner:
             injector.gate.load_done = True
         return False
 
-    def _one(self, send: Send, kind: str, task: Task, rng: random.Random, sampler: Sampler) -> RequestRecord:
+    def _one(self, send: Send, kind: str, task: Task, rng: random.Random, sampler: Sampler,
+             slot: int | None = None) -> RequestRecord:
         rec = self.ledger.issue(kind, task.id)
+        rec.slot = slot
         try:
             execute(rec, lambda: send(task), self.config.backoff, self.clock, rng=rng,
                     pid_of=sampler.current_pid, abort=self.stop_event.is_set,
@@ -188,12 +194,13 @@ class SoakRunner:
         return rec
 
     def _worker(self, index: int, mixer: workload.Mixer, sampler: Sampler) -> None:
-        send = self.client_factory()
+        send = self.client_factory(index)
         rng = random.Random(self.config.seed * 1000 + index)
+        slot = index if self.config.pin_slots else None
         try:
             while self._take_slot():
                 job = mixer.next(self.clock())
-                self._one(send, job.kind, job.task, rng, sampler)
+                self._one(send, job.kind, job.task, rng, sampler, slot)
         finally:
             close = getattr(send, "close", None)
             if close:
@@ -217,7 +224,7 @@ class SoakRunner:
         workers: list[threading.Thread] = []
         notes: list[str] = []
         try:
-            send = self.client_factory()
+            send = self.client_factory(-1)
             try:
                 rng = random.Random(cfg.seed)
                 for task in ref_tasks:

@@ -1,0 +1,134 @@
+"""Write the saturation soak's report: ``saturation-<id>.md`` (verdict and reasons first) and ``.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specops.soak.saturation import ARMS, PLAIN, SPEC, SaturationResult
+
+MB = 2**20
+
+
+def _f(v: Any, nd: int = 1, scale: float = 1.0) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float) or scale != 1.0:
+        return f"{v / scale:.{nd}f}"
+    return str(v)
+
+
+def render_markdown(data: dict[str, Any]) -> str:
+    plan, setup = data["plan"], data["setup"]
+    out = [f"# Saturation soak {data['run_id']}: {data['verdict'].upper()}\n"]
+    if data["problems"]:
+        out.append("**Why it failed:**\n")
+        out += [f"- {p}" for p in data["problems"]]
+        out.append("")
+    out += [f"> {n}\n" for n in data["notes"]]
+    faults = ", ".join(plan["faults"]) or "none"
+    out += [
+        f"- host: {setup.get('hostname', '?')}, {setup.get('cpus', '?')} CPUs; from {data['started_at']} to "
+        f"{data['ended_at']} ({data['duration_s'] / 60:.1f} min)",
+        f"- build: `{setup.get('build', '?')}`; target `{setup.get('target', '?')}`, draft `{setup.get('draft', '?')}`"
+        f", speculative arm `{setup.get('spec_args', '?')}`, plain arm `--spec-type none`",
+        f"- load: N clients against `--parallel N` for N = {', '.join(str(n) for n in plan['levels'])}; client i "
+        f"pinned to slot i (`id_slot`); {plan['max_tokens']} tokens per request, greedy, streamed, no prompt cache",
+        f"- design: both servers resident, load alternating in {plan['phase']:.0f} s phases, ABBA order, "
+        f"{plan['blocks']} blocks per N ({plan['duration'] / 60:.1f} min of load per N); same tasks in the same "
+        "order for both arms of a block",
+        f"- faults: {faults}, every {plan['fault_every']} block(s), {plan['fault_at']:.0%} into the phase, in both "
+        "arms of the block; a supervisor restarts a killed server on the same port",
+        "",
+        "## Throughput, speculative vs plain\n",
+        "Tokens per second = generated tokens of successful requests / wall time under load (all slots together). "
+        "Paired ratio: geometric mean of the per-block speculative/plain ratios.\n",
+        "| N | speculative tok/s | plain tok/s | ratio | paired ratio [min–max] | acceptance | lost | failed |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for lv in data["levels"]:
+        s, p = lv["arms"][SPEC], lv["arms"][PLAIN]
+        br = lv["block_ratios"]
+        rng = f"{_f(lv['ratio_geomean'], 2)}× [{min(br):.2f}–{max(br):.2f}]" if br else "–"
+        out.append(f"| {lv['level']} | {_f(s['tokens_per_s'])} | {_f(p['tokens_per_s'])} | {_f(lv['ratio'], 2)}× "
+                   f"| {rng} | {_f(s['acceptance'], 3)} | {s['lost'] + p['lost']} | {s['failed'] + p['failed']} |")
+    out.append("")
+    out += ["## Per slot\n",
+            "tok/s = the slot's tokens / the arm's wall time under load; decode tok/s = the server's own "
+            "`predicted_n / predicted_ms` for that slot's requests; acceptance = accepted / drafted tokens of that "
+            "slot's requests (`timings.draft_n_accepted / draft_n`: `/slots` has no per-slot draft counters at this "
+            "commit); \"server\" = the same from llama-server's own `draft acceptance` log lines for that slot id. "
+            "\"/slots busy\" = polls that saw the slot processing; \"spec\" = its `speculative` flag.\n",
+            "| N | arm | slot | requests | tok/s | decode tok/s | acceptance | acceptance (server) | /slots busy "
+            "| spec |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for lv in data["levels"]:
+        for arm in ARMS:
+            a = lv["arms"][arm]
+            for sid, v in a["slots"].items():
+                seen = a["slots_seen"].get(str(sid), {"processing_seen": 0, "speculative": []})
+                server = a["server_acceptance"].get(str(sid), {}).get("acceptance")
+                out.append(f"| {lv['level']} | {arm} | {sid} | {v['requests']} | {_f(v['tokens_per_s'], 2)} "
+                           f"| {_f(v['decode_tokens_per_s'])} | {_f(v['acceptance'], 3)} | {_f(server, 3)} "
+                           f"| {seen['processing_seen']} "
+                           f"| {'/'.join(str(x).lower() for x in seen['speculative']) or '–'} |")
+    out.append("")
+    out += ["## Latency (seconds)\n",
+            "TTFT = from sending to the first streamed content token, measured at the client; total = from the "
+            "first attempt to the end of the successful one (retries after a fault included).\n",
+            "| N | arm | requests | TTFT p50 | TTFT p95 | TTFT p99 | total p50 | total p95 | total p99 |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for lv in data["levels"]:
+        for arm in ARMS:
+            a = lv["arms"][arm]
+            t, w = a["ttft_s"], a["total_s"]
+            out.append(f"| {lv['level']} | {arm} | {a['ok']} | {_f(t['p50'], 2)} | {_f(t['p95'], 2)} "
+                       f"| {_f(t['p99'], 2)} | {_f(w['p50'], 2)} | {_f(w['p95'], 2)} | {_f(w['p99'], 2)} |")
+    out.append("")
+    out += ["## Memory\n",
+            "Per server process (both stay resident for the whole level). RSS includes the mmapped weights, "
+            "shared by all slots; anonymous memory (RSS minus file-backed pages) holds the KV cache, compute buffers "
+            "and prompt cache, so \"anon / slot\" is anonymous memory divided by N. \"KV / slot\" is the KV cache "
+            "one slot holds (context per slot × the models' layers and KV heads, target and draft, at the cache "
+            "types in use; computed from the GGUF headers as `specops fit` does: llama-server logs its own "
+            "figure only at higher verbosity).\n",
+            "| N | arm | RSS max MB | anon max MB | anon / slot MB | KV / slot MiB | restarts |",
+            "|---:|---|---:|---:|---:|---:|---:|"]
+    for lv in data["levels"]:
+        for arm in ARMS:
+            a = lv["arms"][arm]
+            out.append(f"| {lv['level']} | {arm} | {_f(a['rss_max_bytes'], 0, MB)} | {_f(a['anon_max_bytes'], 0, MB)} "
+                       f"| {_f(a['anon_per_slot_bytes'], 0, MB)} | {_f(a['kv_per_slot_bytes'], 1, MB)} "
+                       f"| {a['restarts']} |")
+    out.append("")
+    out += ["## Requests and faults\n",
+            "| N | arm | requests | ok | retried, then ok | failed | lost |", "|---:|---|---:|---:|---:|---:|---:|"]
+    for lv in data["levels"]:
+        for arm in ARMS:
+            a = lv["arms"][arm]
+            out.append(f"| {lv['level']} | {arm} | {a['requests']} | {a['ok']} | {a['retried']} | {a['failed']} "
+                       f"| {a['lost']} |")
+    faults = [(lv["level"], arm, f) for lv in data["levels"] for arm in ARMS for f in lv["arms"][arm]["faults"]]
+    out.append("")
+    if faults:
+        out += ["Time to recovery = from the fault to the end of the first successful request after it "
+                "(seconds into the phase).\n",
+                "| N | arm | fault | at (s) | time to recovery (s) | detail |", "|---:|---|---|---:|---:|---|"]
+        out += [f"| {n} | {arm} | {f['label']} | {f['t']:.1f} | {_f(f['time_to_recovery'], 2)} "
+                f"| {f['error'] or f['detail']} |" for n, arm, f in faults]
+    else:
+        out.append("No faults were injected.")
+    out.append("")
+    return "\n".join(out)
+
+
+def write(result: SaturationResult, out_dir: str | Path) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"saturation-{result.run_id}"
+    data = result.to_dict()
+    paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md"}
+    paths["json"].write_text(json.dumps(data, indent=1, default=str) + "\n")
+    paths["md"].write_text(render_markdown(data))
+    return paths
