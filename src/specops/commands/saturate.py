@@ -13,6 +13,7 @@ from pathlib import Path
 
 from specops.capabilities import Capabilities
 from specops.commands.soak import duration
+from specops.knobs import knob
 from specops.paths import cache_dir
 from specops.profile import ProfileError, ServerProfile
 from specops.server import ServerProcess
@@ -21,8 +22,8 @@ from specops.soak.runner import new_run_id
 from specops.soak.saturation import SPEC, SaturationPlan, SaturationRunner
 
 NAME = "saturate"
-HELP = ("saturation soak: N clients against llama-server --parallel N (N = 1, 2, 4), speculative and plain "
-        "alternating under the same load, faults, per-slot figures; writes reports/saturation-*.md")
+HELP = (f"saturation soak: N clients against llama-server {knob('parallel').flag} N (N = 1, 2, 4), speculative "
+        "and plain alternating under the same load, faults, per-slot figures; writes reports/saturation-*.md")
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -53,13 +54,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--draft", type=Path, help="draft GGUF (the speculative arm); without it --spec-type must be an "
                    "n-gram type")
     m.add_argument("--spec-type", default="auto", help="speculative arm's type (default: draft-simple with --draft)")
-    m.add_argument("--draft-n-max", type=int, help="--spec-draft-n-max of the speculative arm")
+    m.add_argument("--draft-n-max", type=int, help=f"{knob('draft_n_max').flag} of the speculative arm")
     m.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="default %(default)s")
     m.add_argument("--ctx-per-slot", type=int, default=2048, help="context per slot; -c = N × this (default "
                    "%(default)s)")
     m.add_argument("--cache-ram-mib", type=int, default=1024, help="prompt cache bound (default %(default)s)")
     m.add_argument("--extra-arg", action="append", default=[], metavar="ARG",
-                   help="extra llama-server argument for both arms (repeatable, e.g. --extra-arg=-fa --extra-arg=on)")
+                   help="extra llama-server argument for both arms (repeatable, e.g. "
+                        f"--extra-arg={knob('flash_attn').short()} --extra-arg=on)")
     lo = p.add_argument_group("load")
     lo.add_argument("--levels", type=_levels, default=(1, 2, 4), help="comma list of N (default 1,2,4)")
     lo.add_argument("--duration", type=duration, default=600.0,
@@ -98,8 +100,8 @@ def kv_per_slot(target: Path, draft: Path | None, ctx_per_slot: int,
     from specops.fit import ModelShape, pad
     from specops.ggufmeta import GGUFError, read
 
-    tk = _cache_type(extra, ("-ctk", "--cache-type-k"))
-    tv = _cache_type(extra, ("-ctv", "--cache-type-v"))
+    tk = _cache_type(extra, knob("cache_type_k").flags)
+    tv = _cache_type(extra, knob("cache_type_v").flags)
     try:
         tshape = ModelShape.of(read(target, check_data=False))
         dshape = ModelShape.of(read(draft, check_data=False)) if draft else None
@@ -156,8 +158,9 @@ def run(args: argparse.Namespace) -> int:
         ports[(arm, level)] = server.profile.port  # a restarted server comes back on the same port
         return server
 
-    spec_args = (f"-md {args.draft.name} " if args.draft else "") + f"--spec-type {spec.effective_spec_type}" + (
-        f" --spec-draft-n-max {args.draft_n_max}" if args.draft_n_max else "")
+    spec_args = (f"{knob('draft_model').short()} {args.draft.name} " if args.draft else "") + (
+        f"{knob('spec_type').flag} {spec.effective_spec_type}") + (
+        f" {knob('draft_n_max').flag} {args.draft_n_max}" if args.draft_n_max else "")
     setup = {"hostname": socket.gethostname(), "cpus": os.cpu_count(), "build": str(prefix.resolve()),
              "commit": caps.commit, "target": args.target.name, "draft": args.draft.name if args.draft else None,
              "spec_args": spec_args,

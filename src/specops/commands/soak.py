@@ -45,7 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     load = p.add_argument_group("load")
     load.add_argument("--concurrency", type=int, default=1, help="parallel clients (default %(default)s)")
     load.add_argument("--pin-slots", action="store_true",
-                      help="worker i sends id_slot=i (server --parallel = --concurrency): per-slot figures")
+                      help=f"worker i sends id_slot=i (server {knob('parallel').flag} = --concurrency): "
+                           "per-slot figures")
     load.add_argument("--stream", action="store_true", help="streamed requests: time to first token measured")
     load.add_argument("--max-tokens", type=int, default=64, help="per request (default %(default)s)")
     load.add_argument("--timeout", type=float, default=120.0, help="per attempt, seconds (default %(default)s)")

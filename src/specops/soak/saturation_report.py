@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specops.knobs import knob
 from specops.soak.saturation import ARMS, PLAIN, SPEC, SaturationResult
 
 MB = 2**20
@@ -32,8 +33,9 @@ def render_markdown(data: dict[str, Any]) -> str:
         f"- host: {setup.get('hostname', '?')}, {setup.get('cpus', '?')} CPUs; from {data['started_at']} to "
         f"{data['ended_at']} ({data['duration_s'] / 60:.1f} min)",
         f"- build: `{setup.get('build', '?')}`; target `{setup.get('target', '?')}`, draft `{setup.get('draft', '?')}`"
-        f", speculative arm `{setup.get('spec_args', '?')}`, plain arm `--spec-type none`",
-        f"- load: N clients against `--parallel N` for N = {', '.join(str(n) for n in plan['levels'])}; client i "
+        f", speculative arm `{setup.get('spec_args', '?')}`, plain arm `{knob('spec_type').flag} none`",
+        f"- load: N clients against `{knob('parallel').flag} N` for N = "
+        f"{', '.join(str(n) for n in plan['levels'])}; client i "
         f"pinned to slot i (`id_slot`); {plan['max_tokens']} tokens per request, greedy, streamed, no prompt cache",
         f"- design: both servers resident, load alternating in {plan['phase']:.0f} s phases, ABBA order, "
         f"{plan['blocks']} blocks per N ({plan['duration'] / 60:.1f} min of load per N); same tasks in the same "
