@@ -117,9 +117,9 @@ def _choice_problem(name: str, value: Any, spec: dict[str, Any]) -> str | None:
     choices = spec.get("choices")
     if not choices or value is None or (value == "" and not spec.get("required")):
         return None
-    if str(value) in [str(c) for c in choices]:
+    if str(value) in [str(c) for c in choices if c is not None]:
         return None
-    return f"{name}={value!r}: not one of {', '.join(str(c) for c in choices)}; pick one of those"
+    return f"{name}={value!r}: not one of {', '.join(str(c) for c in choices if c is not None)}; pick one of those"
 
 
 def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
