@@ -12,7 +12,7 @@ import re
 import stat
 from typing import Any
 
-from specops.unitfile import UnitValueError, absolute_path, representable
+from specops.unitfile import UnitValueError, absolute_path, executable, representable
 
 _INT = re.compile(r"[+-]?\d+\Z")
 _FLOAT = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\Z")
@@ -133,7 +133,9 @@ def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
             problems.append(problem)
             continue
         try:
-            if name in PATHS and not (PATHS[name] and value in ("", None)):
+            if name == "llama_server_install_root":
+                executable(value, name)
+            elif name in PATHS and not (PATHS[name] and value in ("", None)):
                 absolute_path(value, name)
             elif name in TEXT and value not in ("", None):
                 representable(str(value), name)

@@ -4,6 +4,7 @@ systemd reads each directive its own way (systemd.syntax(7), systemd.exec(5)):
 
 - ``ExecStart=``: words split on whitespace, ``"…"``/``'…'`` quoting, C escapes, ``%`` specifiers and
   ``$VAR`` expansion: a word is quoted when it needs it, ``\\`` and ``"`` escaped, ``%`` → ``%%``, ``$`` → ``$$``.
+  The executable (first word) is not ``$``-expanded, and must not hold a quote or a backslash.
 - ``ReadOnlyPaths=``/``ReadWritePaths=``: a list of words (quoting, backslash escapes, ``%`` specifiers, no
   ``$``): each path quoted like an ExecStart word, ``%`` doubled.
 - ``Environment=``: one quoted ``"KEY=value"`` word per assignment (C escapes, ``%`` specifiers, no ``$``).
@@ -56,6 +57,11 @@ def absolute_path(value: object, what: str) -> str:
     if not path.startswith("/"):
         raise UnitValueError(f"{what}={value!r}: not an absolute path; give the full path on the host "
                              f"(e.g. /{path.lstrip('./') or '...'})")
+    if any(part in (".", "..") for part in path.split("/")):
+        raise UnitValueError(f"{what}={value!r}: has . or .. components, which systemd refuses; write the "
+                             "path without them")
+    if any(len(part.encode("utf-8")) > 255 for part in path.split("/")):
+        raise UnitValueError(f"{what}={value!r}: a component is longer than 255 bytes; shorten it")
     return path
 
 
@@ -63,6 +69,17 @@ def _quoted(value: str) -> str:
     if value and not any(c in _NEEDS_QUOTES for c in value):
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def executable(path: object, what: str = "executable") -> str:
+    """The first word of ``ExecStart=``: systemd expands ``%`` but not ``$`` in it, and refuses an executable
+    path holding a quote or a backslash ("Executable name contains special characters") however it is quoted."""
+    text = absolute_path(path, what)
+    bad = sorted({c for c in text if c in "\"'\\"})
+    if bad:
+        raise UnitValueError(f"{what}={path!r}: systemd refuses an executable path containing {' or '.join(bad)}; "
+                             "install it under a path without quotes or backslashes")
+    return _quoted(text).replace("%", "%%")
 
 
 def exec_word(arg: str, what: str = "argument") -> str:
@@ -85,7 +102,8 @@ def exec_line(argv: list[str], multiline: bool = False, verbatim: list[str] | tu
     for word in verbatim:
         if not _VERBATIM.match(word):
             raise UnitValueError(f"verbatim ExecStart word {word!r} may hold only letters, digits, / _ . - %")
-    words = [(arg if arg in verbatim else exec_word(arg, what), arg) for arg in argv]
+    words = [(arg if arg in verbatim else (executable(arg, what) if i == 0 else exec_word(arg, what)), arg)
+             for i, arg in enumerate(argv)]
     if not multiline:
         return " ".join(w for w, _ in words)
     lines: list[list[str]] = [[]]
