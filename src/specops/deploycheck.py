@@ -59,7 +59,7 @@ TEXT = ("llama_server_service_name", "llama_server_baseline_service_name", "llam
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@-]+\Z")
 
 
-def _number(name: str, value: Any, kind: str) -> float | int | str:
+def _number(name: str, value: Any, kind: str, example: Any = None) -> float | int | str:
     """The number ``value`` stands for, or a problem line (str)."""
     if isinstance(value, bool):
         return f"{name}={value!r}: a boolean where {kind} belongs; set a number"
@@ -70,12 +70,12 @@ def _number(name: str, value: Any, kind: str) -> float | int | str:
             return int(value)
         if isinstance(value, str) and _INT.match(value.strip()):
             return int(value)
-        return f"{name}={value!r}: not a whole number; set an integer (e.g. {name}: 2)"
+        return f"{name}={value!r}: not a whole number; set an integer (e.g. {name}: {example or 2})"
     if isinstance(value, (int, float)):
         return value
     if isinstance(value, str) and _FLOAT.match(value.strip()):
         return float(value)
-    return f"{name}={value!r}: not a number; set a number (e.g. {name}: 0.5)"
+    return f"{name}={value!r}: not a number; set a number (e.g. {name}: {example or 0.5})"
 
 
 def _type_problem(name: str, value: Any, spec: dict[str, Any]) -> str | None:
@@ -83,7 +83,7 @@ def _type_problem(name: str, value: Any, spec: dict[str, Any]) -> str | None:
     if value is None:
         return f"{name} is required" if spec.get("required") else None
     if kind in ("int", "float"):
-        number = _number(name, value, kind)
+        number = _number(name, value, kind, spec.get("default"))
         if isinstance(number, str):
             return number
         low, high = RANGES.get(name, (None, None))
@@ -126,11 +126,16 @@ def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
     """Problems with the role's settings (``values``: name -> value) against ``specs`` (the options of an
     argument_specs entry point), the ranges, the paths and what a unit can hold. [] when all is well."""
     problems: list[str] = []
-    for name in sorted(values):
+    refused_paths: list[str] = []
+    # the roots first: a model path made from a refused directory is not reported again
+    order = [n for n in PATHS if n in values] + sorted(n for n in values if n not in PATHS)
+    for name in order:
         value, spec = values[name], specs.get(name, {})
         problem = _type_problem(name, value, spec) or _choice_problem(name, value, spec)
         if problem:
             problems.append(problem)
+            continue
+        if name in PATHS and isinstance(value, str) and any(value.startswith(p) for p in refused_paths):
             continue
         try:
             if name == "llama_server_install_root":
@@ -141,6 +146,8 @@ def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
                 representable(str(value), name)
         except UnitValueError as exc:
             problems.append(str(exc))
+            if name in PATHS and isinstance(value, str) and value:
+                refused_paths.append(value)
     for name in ("llama_server_service_name", "llama_server_baseline_service_name"):
         unit = values.get(name)
         if isinstance(unit, str) and unit and not _UNIT_NAME.match(unit):

@@ -133,7 +133,7 @@ def test_other_unit_values_refuse_what_a_line_cannot_hold():
         env_assignment("1BAD", "x", "llama_server_environment")
     with pytest.raises(UnitValueError, match="trailing backslash"):
         line_value("port 8080\\", "description")
-    with pytest.raises(UnitValueError, match="llama_server_install_root=.*refuses an executable path"):
+    with pytest.raises(UnitValueError, match=r"llama_server_install_root=.*refuses an executable path"):
         exec_line(["/opt/o'brien/llama-server"], what="llama_server_install_root")
     with pytest.raises(UnitValueError, match="verbatim"):
         exec_line(["/bin/x", "%d/key file"], verbatim=["%d/key file"])
