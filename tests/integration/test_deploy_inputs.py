@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import subprocess
 import threading
 import time
@@ -257,8 +258,11 @@ def test_systemd_reads_hostile_values_back_unchanged(serving, labhost, tmp_path)
         assert seen["argv"][1:6] == ["--model", models + "/model.gguf", "--alias", alias, "--api-key-file"]
         assert seen["argv"][6].endswith("/llama-server-api-key") and "%" not in seen["argv"][6]
         assert seen["env"] == env_value and seen["key"] == "k-123\n"
-        shown = labhost.run(["systemctl", "show", "-p", "ReadOnlyPaths", "-p", "Description", name]).stdout
-        assert models in shown and "Description=probe of 100% quoting" in shown, shown
+        shown = dict(line.split("=", 1) for line in labhost.run(
+            ["systemctl", "show", "-p", "ReadOnlyPaths", "-p", "Description", name]).stdout.splitlines())
+        # systemctl prints the path re-quoted, with \$ for $
+        assert [p.replace("\\$", "$") for p in shlex.split(shown["ReadOnlyPaths"])] == [models], shown
+        assert shown["Description"] == "probe of 100% quoting", shown
     finally:
         labhost.run(["sh", "-c", f"systemctl stop {name}; rm -f /etc/systemd/system/{name}.service;"
                      " systemctl daemon-reload"], check=False)
