@@ -13,14 +13,16 @@ except ImportError:  # running from a checkout without `pip install -e .`
 
 from ansible.errors import AnsibleFilterError
 
-from specops.argv import FlagError, build_argv, systemd_line
+from specops.argv import FlagError, build_argv
 from specops.buildopts import BuildOptionError, build_id, cmake_args, cmake_options
 from specops.capabilities import Capabilities, parse_help, parse_version
+from specops.deploycheck import check_host, check_inputs, verify_problems
 from specops.devices import device_problem
 from specops.fetch import catalog
 from specops.probe import summarize_probe
 from specops.profile import ProfileError, ServerProfile
 from specops.speedgate import SpeedGateError, judge, message, mode_from_fit
+from specops.unitfile import UnitValueError, credential, env_assignment, exec_line, line_value, path_list
 
 
 def specops_capabilities(help_text: str, version_text: str = "") -> dict:
@@ -35,8 +37,55 @@ def specops_argv(profile: dict, capabilities: dict, binary: str = "llama-server"
         raise AnsibleFilterError(f"llama-server arguments: {exc}") from exc
 
 
-def specops_systemd_exec(argv: list[str] | str, multiline: bool = False) -> str:
-    return systemd_line([argv] if isinstance(argv, str) else list(argv), multiline=multiline)
+def _unit(func, *args, **kwargs) -> str:
+    try:
+        return func(*args, **kwargs)
+    except UnitValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def specops_systemd_exec(argv: list[str] | str, multiline: bool = False, verbatim: list[str] | None = None,
+                         what: str = "llama-server argument") -> str:
+    """argv for ExecStart= (quoted, % and $ escaped; control characters refused)."""
+    return _unit(exec_line, [argv] if isinstance(argv, str) else [str(a) for a in argv], multiline,
+                 tuple(verbatim or ()), what)
+
+
+def specops_systemd_paths(paths: list[str] | str, what: str = "path") -> str:
+    """Absolute paths for ReadOnlyPaths=/ReadWritePaths=."""
+    return _unit(path_list, paths, what)
+
+
+def specops_systemd_env(env: dict, what: str = "environment") -> list[str]:
+    """One quoted "KEY=value" word per entry of ``env`` (sorted by key), for Environment= lines."""
+    return [_unit(env_assignment, str(k), v, what) for k, v in sorted(dict(env).items())]
+
+
+def specops_systemd_line(value: str, what: str = "value") -> str:
+    """A rest-of-line value (Description=, WorkingDirectory=): % escaped, what a unit cannot hold refused."""
+    return _unit(line_value, value, what)
+
+
+def specops_systemd_credential(path: str, name: str, what: str = "credential") -> str:
+    """NAME:PATH for LoadCredential=."""
+    return _unit(credential, name, path, what)
+
+
+def specops_input_problems(values: dict, specs: dict) -> list[str]:
+    """One line per setting that is wrong (type, choice, range, path, unit-representable); [] when all is well."""
+    return check_inputs(dict(values), dict(specs))
+
+
+def specops_host_problems(facts: dict, host: str, key_file: str, ports: dict, our_units: list[str]) -> list[str]:
+    """One line per problem on the host: the API key file (present, a file, root-owned, 0600) and the ports."""
+    return check_host(dict(facts), host, str(key_file or ""), {k: int(v) for k, v in dict(ports).items()},
+                      list(our_units))
+
+
+def specops_verify_problems(result: dict, units: list[str], binary: str = "",
+                            binary_installed: bool = True) -> list[str]:
+    """One line per unit that `systemd-analyze verify` (a registered loop result) did not accept."""
+    return verify_problems(list(result.get("results", [result])), list(units), binary, bool(binary_installed))
 
 
 def specops_cmake_options(backend: str, commit: str, cpu_flags: str | list[str] = "", cpu_isa="auto",
@@ -101,7 +150,14 @@ class FilterModule:
             "specops_capabilities": specops_capabilities,
             "specops_argv": specops_argv,
             "specops_systemd_exec": specops_systemd_exec,
+            "specops_systemd_paths": specops_systemd_paths,
+            "specops_systemd_env": specops_systemd_env,
+            "specops_systemd_line": specops_systemd_line,
+            "specops_systemd_credential": specops_systemd_credential,
             "specops_cmake_options": specops_cmake_options,
+            "specops_input_problems": specops_input_problems,
+            "specops_host_problems": specops_host_problems,
+            "specops_verify_problems": specops_verify_problems,
             "specops_build_id": specops_build_id,
             "specops_cmake_args": specops_cmake_args,
             "specops_probe_summary": summarize_probe,

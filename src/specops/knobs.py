@@ -181,7 +181,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("slots", "bool", "the /slots endpoint, where the build has the flag", ("--slots",),
          off_flags=("--no-slots",), default=True, llama_default=True, role=False),
     Knob("alias", "str", "model name in the API", ("--alias", "-a")),
-    Knob("api_key_file", "path", "API key file on the host (read by the service and the probes, never logged)",
+    Knob("api_key_file", "path", "API key file on the host: absolute, owned by root, not readable by group or "
+         "others (preflight refuses anything else with the chown/chmod to run); the unit hands it over with "
+         "LoadCredential=, so it stays root-only; read by the probes too, never logged",
          ("--api-key-file",)),
     Knob("jinja", "bool", "adds the jinja flag when true (llama.cpp enables jinja by default here)",
          ("--jinja",), off_flags=("--no-jinja",), llama_default=True, role=False),

@@ -27,4 +27,10 @@ def summarize_probe(raw: dict[str, Any]) -> dict[str, Any]:
         "slots_speculative": bool(slots) and all(bool(s.get("speculative")) for s in slots),
         "predicted_per_second": float(timings.get("predicted_per_second") or 0.0),
         "content": raw.get("content", ""),
+        # where the proof came from: probe (our own completion), traffic (the service's own requests moved the
+        # speculation counters), unproven (busy, no answer within the deadline: reason says why)
+        "source": str(raw.get("source") or "probe"),
+        "since": str(raw.get("since") or ""),
+        "seconds": float(raw.get("seconds") or 0.0),
+        "reason": str(raw.get("reason") or ""),
     }

@@ -4,6 +4,7 @@ by the real tools (promtool, systemd-analyze). The systemd host test deploys the
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,8 @@ def render(tmp_path: Path, extra_vars: dict) -> Path:
             "src": str(ROLES / role / "templates" / template), "dest": str(out / dest)},
             "vars": {"role_path": str(ROLES / role), "_gpu": False}})
     play = [{"hosts": "localhost", "gather_facts": False, "connection": "local",
-             "vars_files": [str(ROLES / "exporter/defaults/main.yml"), str(ROLES / "monitoring/defaults/main.yml")],
+             "vars_files": [str(ROLES / "exporter/defaults/main.yml"), str(ROLES / "exporter/vars/main.yml"),
+                            str(ROLES / "monitoring/defaults/main.yml")],
              "vars": extra_vars,
              "tasks": [{"ansible.builtin.file": {"path": str(out / "rules"), "state": "directory"}}, *tasks]}]
     book = tmp_path / "render.yml"
@@ -52,7 +54,8 @@ def render(tmp_path: Path, extra_vars: dict) -> Path:
         "hosts": {"gpu1": None, "gpu2": {"ansible_host": "10.0.0.2", "exporter_listen_port": 9999},
                   "gpu3": {"exporter_scrape_address": "gpu3.example:9840"}, "localhost": None}}}}}))
     proc = subprocess.run([str(exe), "-i", str(inventory), "-e", f"ansible_python_interpreter={sys.executable}",
-                           str(book)], capture_output=True, text=True, cwd=tmp_path, check=False)
+                           str(book)], capture_output=True, text=True, cwd=tmp_path, check=False,
+                          env={**os.environ, "ANSIBLE_FILTER_PLUGINS": str(ROLES.parent / "plugins" / "filter")})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 

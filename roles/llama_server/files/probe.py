@@ -1,14 +1,27 @@
 #!/usr/bin/env python3
-"""One probe completion against llama-server, with /metrics before and after and /slots.
+"""Prove llama-server speculates: /metrics before and after, /slots, and (when needed) one probe completion.
 
-Runs on the managed host (standard library only) and prints the raw answers as JSON; the
-controller parses the Prometheus text with prometheus-client (specops_metric filter) and decides.
+Runs on the managed host (standard library only) and prints the raw answers as JSON; the controller parses
+the Prometheus text with prometheus-client (specops_probe_summary) and decides.
+
+``--busy-deadline S`` (an unchanged, running unit): the traffic is the proof when it shows speculation --
+the speculation counters of the same process moved since the last proof (``--state``), or move within S
+seconds while a slot is busy; else a probe completion that must answer within what is left of S (it would
+otherwise queue behind a long answer on the only slot). "source" says which: traffic, probe or unproven.
 """
 
 import argparse
 import json
+import os
+import re
+import socket
+import subprocess
 import sys
+import time
+import urllib.error
 import urllib.request
+
+DRAFTED = re.compile(r"^llamacpp:spec_decode_num_draft_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 
 
 def get(url: str, headers: dict, timeout: float = 30) -> str:
@@ -17,29 +30,98 @@ def get(url: str, headers: dict, timeout: float = 30) -> str:
         return resp.read(4 * 1024 * 1024).decode("utf-8", "replace")
 
 
+def drafted(metrics: str) -> float:
+    match = DRAFTED.search(metrics or "")
+    return float(match.group(1)) if match else 0.0
+
+
+def main_pid(unit: str) -> int:
+    if not unit:
+        return 0
+    out = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit], capture_output=True, text=True,
+                         check=False)
+    return int(out.stdout.strip() or 0)
+
+
+def completion(url: str, headers: dict, prompt: str, tokens: int, timeout: float) -> dict:
+    body = json.dumps({"prompt": prompt, "n_predict": tokens, "temperature": 0.0, "seed": 42,
+                       "cache_prompt": False, "ignore_eos": True}).encode()
+    req = urllib.request.Request(url + "/completion", data=body, headers={**headers, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def load_state(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
+
+
+def save_state(path: str, pid: int, metrics: str) -> None:
+    if path and pid:
+        with open(path + ".tmp", "w") as fh:
+            json.dump({"pid": pid, "metrics": metrics}, fh)
+        os.replace(path + ".tmp", path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
     ap.add_argument("--prompt", required=True)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--api-key-file")
+    ap.add_argument("--unit", default="")
+    ap.add_argument("--state", default="", help="where the last proof's counters are kept (same process only)")
+    ap.add_argument("--busy-deadline", type=float, default=0.0)
     args = ap.parse_args()
     headers = {}
     if args.api_key_file:
         with open(args.api_key_file) as fh:
             key = next((line.strip() for line in fh if line.strip() and not line.startswith("#")), "")
         headers["Authorization"] = f"Bearer {key}"
-    out = {"metrics_before": get(args.url + "/metrics", headers)}
-    body = json.dumps({"prompt": args.prompt, "n_predict": args.tokens, "temperature": 0.0, "seed": 42,
-                       "cache_prompt": False, "ignore_eos": True}).encode()
-    req = urllib.request.Request(args.url + "/completion", data=body,
-                                 headers={**headers, "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as resp:
-        completion = json.loads(resp.read())
-    out["content"] = completion.get("content", "")
-    out["timings"] = completion.get("timings", {})
+    t0 = time.monotonic()
+    pid = main_pid(args.unit)
+    now = get(args.url + "/metrics", headers)
+    out = {"source": "probe", "metrics_before": now, "pid": pid}
+    if args.busy_deadline > 0:
+        prev = load_state(args.state)
+        slots = json.loads(get(args.url + "/slots", headers))
+        busy = any(s.get("is_processing") for s in slots)
+        out["busy"] = busy
+        if prev.get("pid") == pid and drafted(now) > drafted(prev.get("metrics", "")):
+            out.update(source="traffic", since="the last proof", metrics_before=prev["metrics"], metrics_after=now)
+        elif busy:
+            while time.monotonic() - t0 < args.busy_deadline:
+                time.sleep(0.5)
+                later = get(args.url + "/metrics", headers)
+                if drafted(later) > drafted(now):
+                    out.update(source="traffic", since="this deploy began", metrics_after=later)
+                    break
+        if out["source"] == "traffic":
+            out["slots"] = json.loads(get(args.url + "/slots", headers))
+            out["seconds"] = round(time.monotonic() - t0, 2)
+            save_state(args.state, pid, out["metrics_after"])
+            print(json.dumps(out))
+            return 0
+    left = args.busy_deadline - (time.monotonic() - t0) if args.busy_deadline > 0 else 600
+    try:
+        answer = completion(args.url, headers, args.prompt, args.tokens, max(left, 5.0))
+    except (socket.timeout, TimeoutError, urllib.error.URLError) as exc:
+        if args.busy_deadline <= 0:
+            raise
+        out.update(source="unproven", reason=f"probe got no answer within {args.busy_deadline:g} s ({exc})",
+                   metrics_after=now, slots=json.loads(get(args.url + "/slots", headers)),
+                   seconds=round(time.monotonic() - t0, 2))
+        print(json.dumps(out))
+        return 0
+    out["content"] = answer.get("content", "")
+    out["timings"] = answer.get("timings", {})
     out["metrics_after"] = get(args.url + "/metrics", headers)
     out["slots"] = json.loads(get(args.url + "/slots", headers))
+    out["seconds"] = round(time.monotonic() - t0, 2)
+    save_state(args.state, pid, out["metrics_after"])
     print(json.dumps(out))
     return 0
 

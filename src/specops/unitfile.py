@@ -1,0 +1,155 @@
+"""Values for systemd unit files: escaped for the directive that reads them, or refused in one line.
+
+systemd reads each directive its own way (systemd.syntax(7), systemd.exec(5)):
+
+- ``ExecStart=``: words split on whitespace, ``"…"``/``'…'`` quoting, C escapes, ``%`` specifiers and
+  ``$VAR`` expansion: a word is quoted when it needs it, ``\\`` and ``"`` escaped, ``%`` → ``%%``, ``$`` → ``$$``.
+  The executable (first word) is not ``$``-expanded, and must not hold a quote or a backslash.
+- ``ReadOnlyPaths=``/``ReadWritePaths=``: a list of words (quoting, backslash escapes, ``%`` specifiers, no
+  ``$``): each path quoted like an ExecStart word, ``%`` doubled.
+- ``Environment=``: one quoted ``"KEY=value"`` word per assignment (C escapes, ``%`` specifiers, no ``$``).
+- ``Description=``, ``WorkingDirectory=``, the path of ``LoadCredential=``: the rest of the line, taken
+  literally but for ``%`` specifiers: ``%`` doubled, surrounding blanks and a trailing backslash (a line
+  continuation) refused.
+
+Nothing can carry a newline or another control character through a unit line: those values are refused
+with a :class:`UnitValueError` that names the variable, the value and the fix (one line).
+"""
+
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_NEEDS_QUOTES = set(" \t\"'\\;")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_CREDENTIAL_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
+# words passed through verbatim must be plain: only systemd specifiers we mean (e.g. %d, the credentials dir)
+_VERBATIM = re.compile(r"[A-Za-z0-9/_.%-]+\Z")
+
+
+class UnitValueError(ValueError):
+    """A value a systemd unit cannot hold, with the variable it came from and what to do."""
+
+
+def _char_name(char: str) -> str:
+    return {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x00": "a NUL byte"}.get(
+        char, f"the control character U+{ord(char):04X}")
+
+
+def representable(value: object, what: str) -> str:
+    """``value`` as a str that a unit line can carry, else :class:`UnitValueError` naming ``what``."""
+    if not isinstance(value, str):
+        raise UnitValueError(f"{what}={value!r}: expected a string")
+    match = _CONTROL.search(value)
+    if match:
+        raise UnitValueError(f"{what}={value!r}: contains {_char_name(match.group())}, which a systemd unit line "
+                             "cannot hold; use a value without control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnitValueError(f"{what}={value!r}: not valid UTF-8; use a value systemd can read") from None
+    return value
+
+
+def absolute_path(value: object, what: str) -> str:
+    path = representable(value, what)
+    if not path.startswith("/"):
+        raise UnitValueError(f"{what}={value!r}: not an absolute path; give the full path on the host "
+                             f"(e.g. /{path.lstrip('./') or '...'})")
+    if any(part in (".", "..") for part in path.split("/")):
+        raise UnitValueError(f"{what}={value!r}: has . or .. components, which systemd refuses; write the "
+                             "path without them")
+    if any(len(part.encode("utf-8")) > 255 for part in path.split("/")):
+        raise UnitValueError(f"{what}={value!r}: a component is longer than 255 bytes; shorten it")
+    return path
+
+
+def _quoted(value: str) -> str:
+    if value and not any(c in _NEEDS_QUOTES for c in value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def executable(path: object, what: str = "executable") -> str:
+    """The first word of ``ExecStart=``: systemd expands ``%`` but not ``$`` in it, and refuses an executable
+    path holding a quote or a backslash ("Executable name contains special characters") however it is quoted."""
+    text = absolute_path(path, what)
+    bad = sorted({c for c in text if c in "\"'\\"})
+    if bad:
+        raise UnitValueError(f"{what}={path!r}: systemd refuses an executable path containing {' or '.join(bad)}; "
+                             "install it under a path without quotes or backslashes")
+    return _quoted(text).replace("%", "%%")
+
+
+def exec_word(arg: str, what: str = "argument") -> str:
+    """One word of ``ExecStart=``."""
+    return _quoted(representable(arg, what)).replace("%", "%%").replace("$", "$$")
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def exec_line(argv: list[str], multiline: bool = False, verbatim: list[str] | tuple[str, ...] = (),
+              what: str = "llama-server argument") -> str:
+    """``argv`` for ``ExecStart=``; words in ``verbatim`` (plain, e.g. ``%d/key``) keep their specifiers;
+    ``multiline`` puts each flag on its own continued line."""
+    for word in verbatim:
+        if not _VERBATIM.match(word):
+            raise UnitValueError(f"verbatim ExecStart word {word!r} may hold only letters, digits, / _ . - %")
+    words = [(arg if arg in verbatim else (executable(arg, what) if i == 0 else exec_word(arg, what)), arg)
+             for i, arg in enumerate(argv)]
+    if not multiline:
+        return " ".join(w for w, _ in words)
+    lines: list[list[str]] = [[]]
+    for word, arg in words:
+        if arg.startswith("-") and lines[-1] and not _is_number(arg):
+            lines.append([])
+        lines[-1].append(word)
+    return " \\\n    ".join(" ".join(line) for line in lines)
+
+
+def path_list(paths: list[str] | str, what: str = "path") -> str:
+    """Absolute paths for ``ReadOnlyPaths=``/``ReadWritePaths=`` (space-separated, each quoted as needed)."""
+    items = [paths] if isinstance(paths, str) else list(paths)
+    return " ".join(_quoted(absolute_path(p, what)).replace("%", "%%") for p in items)
+
+
+def env_assignment(key: str, value: object, what: str = "environment") -> str:
+    """One ``Environment=`` word: ``"KEY=value"``."""
+    name = representable(key, what)
+    if not _ENV_NAME.match(name):
+        raise UnitValueError(f"{what}: {key!r} is not an environment variable name (letters, digits, _; "
+                             "not starting with a digit)")
+    text = representable(value if isinstance(value, str) else _scalar(value, f"{what}.{key}"), f"{what}.{key}")
+    return ('"' + f"{name}={text}".replace("\\", "\\\\").replace('"', '\\"') + '"').replace("%", "%%")
+
+
+def _scalar(value: object, what: str) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float)):
+        return str(value)
+    raise UnitValueError(f"{what}={value!r}: expected a string or a number")
+
+
+def line_value(value: object, what: str = "value") -> str:
+    """A value that takes the rest of the line (``Description=``, ``WorkingDirectory=``)."""
+    text = representable(value, what)
+    if text != text.strip(" "):
+        raise UnitValueError(f"{what}={value!r}: leading or trailing blanks are lost in a unit; remove them")
+    if text.endswith("\\"):
+        raise UnitValueError(f"{what}={value!r}: a trailing backslash continues the unit line; remove it")
+    return text.replace("%", "%%")
+
+
+def credential(name: str, path: object, what: str = "credential") -> str:
+    """The value of ``LoadCredential=NAME:PATH``."""
+    if not _CREDENTIAL_NAME.match(name):
+        raise UnitValueError(f"credential name {name!r} may hold only letters, digits, _ . -")
+    return f"{name}:{line_value(absolute_path(path, what), what)}"

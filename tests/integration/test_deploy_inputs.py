@@ -1,0 +1,350 @@
+"""Deploy inputs against the lab host (issue 19): every bad input is refused in one line before anything
+changes, while a client keeps streaming from the running service; values systemd must read literally
+(spaces, %, $, quotes, non-ASCII) reach the process unchanged; a deploy from such a path serves and speculates.
+
+Each refusal's message and its time to refusal are printed (run with -s to see the table).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.integration.test_deploy import UNIT, completion, deploy, main_pid, n_restarts
+
+pytestmark = [pytest.mark.integration, pytest.mark.systemd]
+
+BASELINE = "llama-server-baseline"
+TEST_DIR = "/etc/specops-inputs-test"
+SQUAT_PORT = 8090
+
+STREAM = r"""
+import json, os, sys, time, urllib.request
+stop = sys.argv[1]
+while not os.path.exists(stop):
+    t0 = time.time()
+    try:
+        body = json.dumps({"prompt": "Count from one to forty in words, comma separated:", "n_predict": 32,
+                           "stream": True, "temperature": 0, "cache_prompt": False}).encode()
+        req = urllib.request.Request("http://127.0.0.1:8080/completion", data=body,
+                                     headers={"Content-Type": "application/json"})
+        pieces, done = 0, False
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            for line in resp:
+                if line.startswith(b"data: "):
+                    pieces += 1
+                    done = done or bool(json.loads(line[6:]).get("stop"))
+        print(json.dumps({"ok": done, "pieces": pieces, "start": t0, "end": time.time()}), flush=True)
+    except Exception as exc:
+        print(json.dumps({"ok": False, "error": repr(exc), "start": t0, "end": time.time()}), flush=True)
+        time.sleep(0.5)  # throttle a failing loop (the failure itself is what the test reports)
+"""
+
+
+class Stream:
+    """A client streaming completions back to back from the service inside the host, until stopped."""
+
+    def __init__(self, labhost, stop_file: str = "/run/specops-inputs-stream.stop") -> None:
+        self.labhost, self.stop_file = labhost, stop_file
+        self.records: list[dict] = []
+        self._cond = threading.Condition()
+
+    def __enter__(self) -> Stream:
+        self.labhost.run(["rm", "-f", self.stop_file])
+        self.proc = subprocess.Popen(self.labhost.host.nsenter_argv(["python3", "-c", STREAM, self.stop_file]),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.wait_for_requests(1)
+        return self
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = {"ok": False, "error": line.strip(), "start": time.time(), "end": time.time()}
+            with self._cond:
+                self.records.append(record)
+                self._cond.notify_all()
+
+    def wait_for_requests(self, count: int, after: float = 0.0, timeout: float = 300) -> None:
+        """Wait until ``count`` requests that started after ``after`` (epoch s) have finished."""
+        with self._cond:
+            done = self._cond.wait_for(lambda: len([r for r in self.records if r["start"] >= after]) >= count,
+                                       timeout=timeout)
+        assert done, f"the stream did not complete {count} request(s) in {timeout} s: {self.records[-3:]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.labhost.run(["touch", self.stop_file])
+        try:
+            self.proc.wait(timeout=300)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        self._reader.join(timeout=10)
+
+    @property
+    def failures(self) -> list[dict]:
+        return [r for r in self.records if not r.get("ok")]
+
+
+def sha(labhost, path: str) -> str:
+    out = labhost.run(["cat", path], check=False)
+    return hashlib.sha256(out.stdout.encode()).hexdigest() if out.returncode == 0 else "absent"
+
+
+def host_state(labhost) -> dict:
+    return {"unit": sha(labhost, f"/etc/systemd/system/{UNIT}.service"),
+            "baseline": sha(labhost, f"/etc/systemd/system/{BASELINE}.service"),
+            "pid": main_pid(labhost), "restarts": n_restarts(labhost),
+            "models": labhost.run(["sh", "-c", "ls -la /srv/ /srv/specops/models"]).stdout}
+
+
+def refusal_line(text: str, fragment: str) -> str:
+    """The refusal message of a failed run (``text``: whitespace-folded output), which must hold ``fragment``."""
+    match = re.search(r"FAILED! => .*?\bmsg: (.*?) (?:PLAY RECAP|TASK \[|NO MORE HOSTS)", text)
+    assert match, text[-3000:]
+    message = match.group(1).strip()
+    if message.startswith("'") and message.endswith("'"):
+        message = message[1:-1].replace("''", "'")
+    assert fragment in message, message
+    return message
+
+
+def proof_line(text: str) -> str:
+    match = re.search(r"(\S+ answers and speculates: .*?\(proof: [^)]*\))", text)
+    assert match, text[-3000:]
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def serving(labhost, llama_build):
+    run = deploy(labhost)
+    assert run.rc == 0, run.output[-6000:]
+    labhost.run(["sh", "-c", f"rm -rf {TEST_DIR}; mkdir -p {TEST_DIR}; umask 022;"
+                 f" echo secret-key > {TEST_DIR}/key-0644; chmod 0644 {TEST_DIR}/key-0644;"
+                 f" echo secret-key > {TEST_DIR}/key-not-root;"
+                 f" chown 1000:1000 {TEST_DIR}/key-not-root; chmod 0600 {TEST_DIR}/key-not-root"])
+    yield run
+    labhost.run(["rm", "-rf", TEST_DIR], check=False)
+
+
+@dataclass
+class Case:
+    extra: list[str]
+    variable: str
+    fragment: str
+    setup: Callable | None = None
+    teardown: Callable | None = None
+    absent: list[str] = field(default_factory=list)   # paths that must not appear on the host
+
+
+def squat(labhost) -> None:
+    labhost.run(["systemd-run", "--unit=specops-squatter", "--property=Type=exec", "python3", "-m", "http.server",
+                 str(SQUAT_PORT), "--bind", "127.0.0.1"])
+    labhost.wait_for(lambda: labhost.run(["python3", "-c", "import urllib.request;urllib.request.urlopen("
+                                          f"'http://127.0.0.1:{SQUAT_PORT}/',timeout=2)"], check=False).returncode == 0,
+                     timeout=60)
+
+
+def unsquat(labhost) -> None:
+    labhost.run(["systemctl", "stop", "specops-squatter"], check=False)
+
+
+CASES = {
+    "relative models dir": Case(["specops_models_dir=srv/models"], "specops_models_dir", "not an absolute path"),
+    "newline in path": Case(['{"specops_models_dir": "/srv/spec\\nops"}'], "specops_models_dir",
+                            "contains a newline", absent=["/srv/spec"]),
+    "missing API key file": Case([f"llama_server_api_key_file={TEST_DIR}/missing"], "llama_server_api_key_file",
+                                 "no such file on"),
+    "API key file is a directory": Case([f"llama_server_api_key_file={TEST_DIR}"], "llama_server_api_key_file",
+                                        "a directory"),
+    "API key file readable by others": Case([f"llama_server_api_key_file={TEST_DIR}/key-0644"],
+                                            "llama_server_api_key_file", f"chmod 0600 {TEST_DIR}/key-0644"),
+    "API key file not root's": Case([f"llama_server_api_key_file={TEST_DIR}/key-not-root"],
+                                    "llama_server_api_key_file", f"chown root:root {TEST_DIR}/key-not-root"),
+    "port taken by another process": Case([f"llama_server_port={SQUAT_PORT}"], "llama_server_port",
+                                          f"port {SQUAT_PORT} is already taken", setup=squat, teardown=unsquat),
+    "parallel 0": Case(["llama_server_parallel=0"], "llama_server_parallel", "must be at least 1"),
+    "negative draft length": Case(["llama_server_draft_n_max=-1"], "llama_server_draft_n_max", "must be at least 0"),
+    "string where a number belongs": Case(["llama_server_ctx_size=lots"], "llama_server_ctx_size",
+                                          "not a whole number"),
+    "unknown spec type": Case(["llama_server_spec_type=draft-magic"], "llama_server_spec_type", "not one of"),
+}
+REFUSALS: list[tuple[str, str, float]] = []
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_refused_in_one_line_and_changes_nothing(serving, labhost, name):
+    case = CASES[name]
+    if case.setup:
+        case.setup(labhost)
+    try:
+        before = host_state(labhost)
+        with Stream(labhost) as stream:
+            t0 = time.monotonic()
+            run = deploy(labhost, *[a for x in case.extra for a in ("-e", x)])
+            elapsed = time.monotonic() - t0
+            ended = time.time()
+            stream.wait_for_requests(1, after=ended)   # the service still answers after the refusal
+        after = host_state(labhost)
+    finally:
+        if case.teardown:
+            case.teardown(labhost)
+    assert run.rc != 0, run.output[-3000:]
+    line = refusal_line(run.text, case.fragment)
+    REFUSALS.append((name, line, elapsed))
+    print(f"\nREFUSAL | {name} | {elapsed:.1f} s | {line}")
+    assert f"{case.variable}=" in line, line
+    assert "Traceback" not in run.text and "stderr_lines" not in run.text
+    # refused in preflight: nothing was copied, rendered into place or restarted
+    assert "Install the models" not in run.text and "Render the units into staging" not in run.text
+    assert after == before, (before, after)
+    assert stream.failures == [], stream.failures
+    for path in case.absent:
+        assert labhost.run(["test", "-e", path], check=False).returncode != 0, path
+
+
+def test_refusal_table(serving):
+    """Prints the table collected above (input, message, time to refusal) for the lead's note."""
+    for name, line, elapsed in REFUSALS:
+        print(f"| {name} | `{line}` | {elapsed:.1f} s |")
+    assert all(elapsed > 0 for _, _, elapsed in REFUSALS)
+
+
+HOSTILE_DIR = "/srv/spec ops/mödels %/"
+ECHO = """#!/usr/bin/python3
+import json, os, sys
+cred = os.environ.get("CREDENTIALS_DIRECTORY", "")
+key = open(os.path.join(cred, "llama-server-api-key")).read() if cred else None
+print("SPECOPS-ECHO " + json.dumps({"argv": sys.argv, "env": os.environ.get("SPECOPS_HOSTILE"), "key": key}))
+"""
+
+
+def test_systemd_reads_hostile_values_back_unchanged(serving, labhost, tmp_path):
+    """The template's quoting, read by the host's systemd: a stand-in binary at a hostile path prints the argv,
+    the environment value and the credential it was given."""
+    from tests.unit.test_unit_quoting import render
+
+    alias, env_value = "it's 100% \"$HOME\" back\\slash; ö", 'x "%d" $PATH \\n ö'
+    bin_dir, models = "/opt/spec ops $x %d/bin", "/srv/spec ops/q'uote\" mödels %n $y"
+    key_dir = "/etc/spec ops %/keys"
+    unit = render(tmp_path, _P(models), _P(bin_dir + "/llama-server"), _P(key_dir + "/api-key"), alias, env_value,
+                  "probe of 100% quoting")
+    name = "specops-quoting-probe"
+    labhost.run(["mkdir", "-p", bin_dir, models, key_dir])
+    labhost.run(["sh", "-c", 'cat > "$1" && chmod 0755 "$1"', "sh", bin_dir + "/llama-server"], input=ECHO)
+    labhost.run(["sh", "-c", 'umask 077; printf "k-123\\n" > "$1"', "sh", key_dir + "/api-key"])
+    labhost.run(["sh", "-c", f"cat > /etc/systemd/system/{name}.service && systemctl daemon-reload"],
+                input=unit.read_text())
+    try:
+        labhost.run(["systemctl", "start", name])
+        labhost.wait_for(lambda: "SPECOPS-ECHO" in labhost.run(["journalctl", "-u", name, "-o", "cat"]).stdout,
+                         timeout=60)
+        line = next(ln for ln in labhost.run(["journalctl", "-u", name, "-o", "cat"]).stdout.splitlines()
+                    if ln.startswith("SPECOPS-ECHO "))
+        seen = json.loads(line.split(" ", 1)[1])
+        assert seen["argv"][1:6] == ["--model", models + "/model.gguf", "--alias", alias, "--api-key-file"]
+        assert seen["argv"][6].endswith("/llama-server-api-key") and "%" not in seen["argv"][6]
+        assert seen["env"] == env_value and seen["key"] == "k-123\n"
+        shown = dict(line.split("=", 1) for line in labhost.run(
+            ["systemctl", "show", "-p", "ReadOnlyPaths", "-p", "Description", name]).stdout.splitlines())
+        # systemctl prints the path re-quoted, with \$ for $
+        assert [p.replace("\\$", "$") for p in shlex.split(shown["ReadOnlyPaths"])] == [models], shown
+        assert shown["Description"] == "probe of 100% quoting", shown
+    finally:
+        labhost.run(["sh", "-c", f"systemctl stop {name}; rm -f /etc/systemd/system/{name}.service;"
+                     " systemctl daemon-reload"], check=False)
+        labhost.run(["rm", "-rf", "/opt/spec ops $x %d", models, "/etc/spec ops %"], check=False)
+
+
+def _P(path: str):
+    from pathlib import PurePosixPath
+    return PurePosixPath(path)
+
+
+def test_no_op_deploy_on_a_busy_host_is_proven_by_its_traffic(serving, labhost):
+    """Nothing changed, a client keeps the only slot busy: the deploy proves speculation from the traffic (the
+    speculation counters of the same process moved) instead of queueing a probe behind it, and says so."""
+    pid = main_pid(labhost)
+    with Stream(labhost) as stream:
+        t0 = time.monotonic()
+        run = deploy(labhost)
+        elapsed = time.monotonic() - t0
+        stream.wait_for_requests(1, after=time.time())
+    assert run.rc == 0, run.output[-4000:]
+    assert run.recap(labhost.name).get("changed") == 0, run.output[-4000:]
+    line = proof_line(run.text)
+    print(f"\nNO-OP ON A BUSY HOST | {elapsed:.1f} s | {line}")
+    assert "(proof: traffic" in line and "answers and speculates" in line, line
+    assert main_pid(labhost) == pid and stream.failures == [], stream.failures
+
+
+KEY = "sk-specops-4f1d2c9e7b"
+
+
+def test_api_key_never_leaks(serving, labhost):
+    """A root-only key file reaches llama-server and the exporter through LoadCredential=; the key itself
+    appears in no argv, /proc/*/cmdline, unit, journal, Ansible output or exporter label."""
+    key_file = f"{TEST_DIR}/api-key"
+    labhost.run(["sh", "-c", f'umask 077; printf "%s\\n" "$1" > {key_file}', "sh", KEY])
+    try:
+        run = deploy(labhost, "-e", f"llama_server_api_key_file={key_file}", "-e", "specops_exporter_enabled=true",
+                     "-e", "llama_server_speed_gate=off")
+        assert run.rc == 0, run.output[-4000:]
+        code = ("import sys,urllib.request,urllib.error;r=urllib.request.Request('http://127.0.0.1:8080/v1/models',"
+                "headers={'Authorization':'Bearer '+sys.argv[1]} if sys.argv[1] else {})\n"
+                "try: print(urllib.request.urlopen(r,timeout=30).status)\n"
+                "except urllib.error.HTTPError as e: print(e.code)")
+        assert labhost.run(["python3", "-c", code, KEY]).stdout.strip() == "200"
+        assert labhost.run(["python3", "-c", code, ""]).stdout.strip() == "401"
+        unit = labhost.run(["systemctl", "cat", UNIT]).stdout
+        assert "LoadCredential=llama-server-api-key:" in unit and "--api-key-file %d/llama-server-api-key" in unit
+        exporter = labhost.run(["python3", "-c", "import urllib.request;print(urllib.request.urlopen("
+                                "'http://127.0.0.1:9840/metrics',timeout=30).read().decode())"]).stdout
+        assert "specops_exporter_scrape_cycles_total" in exporter
+        places = {
+            "ansible output": run.output,
+            "argv (ps)": labhost.run(["ps", "-eo", "args"]).stdout,
+            "/proc/*/cmdline": labhost.run(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"],
+                                           check=False).stdout,
+            "journal": labhost.run(["journalctl", "--no-pager", "-o", "cat"]).stdout,
+            "units": labhost.run(["sh", "-c", "cat /etc/systemd/system/*.service"]).stdout,
+            "exporter": exporter,
+            "state dir": labhost.run(["sh", "-c", "cat /etc/specops/*.json"], check=False).stdout,
+        }
+        leaks = [where for where, text in places.items() if KEY in text]
+        assert leaks == [], leaks
+    finally:
+        labhost.run(["systemctl", "disable", "--now", "specops-exporter"], check=False)
+        restore = deploy(labhost)
+        assert restore.rc == 0, restore.output[-4000:]
+
+
+def test_deploy_from_a_path_with_spaces_and_percent_serves_and_speculates(serving, labhost):
+    run = deploy(labhost, "-e", json.dumps({"specops_models_dir": HOSTILE_DIR}), "-e", "llama_server_speed_gate=off")
+    try:
+        assert run.rc == 0, run.output[-4000:]
+        line = proof_line(run.text)
+        print(f"\nHOSTILE PATH DEPLOY | {line}")
+        assert "(proof: probe" in line, line            # a changed unit proves itself with its own probe
+        unit = labhost.run(["cat", f"/etc/systemd/system/{UNIT}.service"]).stdout
+        assert 'ReadOnlyPaths="/srv/spec ops/mödels %%/"' in unit, unit
+        assert labhost.run(["test", "-f", HOSTILE_DIR + "SmolLM2-135M-Instruct.Q4_1.gguf"], check=False).returncode == 0
+        out = completion(labhost)
+        assert out["content"].strip() and out["timings"]["draft_n"] > 0
+    finally:
+        restore = deploy(labhost)
+        assert restore.rc == 0, restore.output[-4000:]
+        labhost.run(["rm", "-rf", "/srv/spec ops"], check=False)
