@@ -101,11 +101,13 @@ def test_port_taken_by_another_process_names_it():
 
 
 def test_the_fit_receives_the_deployed_profile(tmp_path):
-    """roles/models fit.yml turns the composed service profile into `specops fit` flags: draft length, cache
-    types, slots, prompt cache, flash attention, backend; a key left null is llama.cpp's default (not passed)."""
+    """roles/models fit.yml hands the composed service profile whole to `specops fit --profile -` (draft length,
+    cache types, slots, prompt cache, flash attention; a null stays null: llama-server's own default), and the
+    fit's parameters are what that profile deploys."""
     record = tmp_path / "argv.json"
     cli = tmp_path / "fake-specops"
-    cli.write_text(f"#!{sys.executable}\nimport json,sys\njson.dump(sys.argv[1:], open({str(record)!r}, 'w'))\n"
+    cli.write_text(f"#!{sys.executable}\nimport json,sys\n"
+                   f"json.dump([sys.argv[1:], sys.stdin.read()], open({str(record)!r}, 'w'))\n"
                    "print(json.dumps({'fits': True}))\n")
     cli.chmod(0o755)
     profile = {"ctx_size": 2048, "parallel": 2, "draft_n_max": 4, "cache_type_k": None, "cache_type_v": "q8_0",
@@ -122,10 +124,19 @@ def test_the_fit_receives_the_deployed_profile(tmp_path):
                            "-e", f"ansible_python_interpreter={sys.executable}"], capture_output=True, text=True,
                           cwd=REPO, check=False, env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
     assert proc.returncode == 0, proc.stdout[-3000:]
-    argv = json.loads(record.read_text())
+    argv, stdin = json.loads(record.read_text())
     pairs = dict(zip(argv[4::2], argv[5::2], strict=False))
     assert argv[:4] == ["fit", "--json", "/c/t.gguf", "/c/d.gguf"], argv
-    assert pairs["--spec-draft-n-max"] == "4" and pairs["--parallel"] == "2" and pairs["--ctx-size"] == "2048"
-    assert pairs["--cache-type-v"] == "q8_0" and pairs["--draft-cache-type-k"] == "q8_0"
-    assert pairs["--cache-ram"] == "1024" and pairs["--flash-attn"] == "on" and pairs["--backend"] == "cpu"
-    assert "--cache-type-k" not in pairs and "--draft-cache-type-v" not in pairs
+    assert pairs["--profile"] == "-" and pairs["--backend"] == "cpu"
+    sent = json.loads(stdin)
+    assert "backend" not in sent and {k: sent[k] for k in profile if k != "backend"} == {
+        k: v for k, v in profile.items() if k != "backend"}
+    # ... and `specops fit` reads it as deployed: a null is llama-server's own default
+    from specops.cli import build_parser
+    from specops.commands.fit import _profile, fit_params
+    (tmp_path / "p.json").write_text(stdin)
+    params = fit_params(build_parser().parse_args(["fit", "t.gguf"]), _profile(tmp_path / "p.json"))
+    assert (params.draft_n_max, params.parallel, params.ctx_size, params.cache_ram_mib) == (4, 2, 2048, 1024)
+    assert (params.cache_type_k, params.cache_type_v, params.draft_cache_type_k, params.draft_cache_type_v) == (
+        "f16", "q8_0", "q8_0", "f16")
+    assert params.flash_attn is True

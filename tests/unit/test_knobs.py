@@ -222,3 +222,15 @@ def test_markdown_table_has_one_row_per_knob() -> None:
     assert len(rows) == len(KNOBS)
     assert any("`llama_server_draft_n_max` | `2` | `3` | `--spec-draft-n-max` / `--draft-max`, `--draft`" in r
                for r in rows)
+
+
+def test_a_null_in_the_profile_is_llama_servers_own_default(tmp_path: Path) -> None:
+    """A profile that leaves the prompt cache and the draft length unset runs llama-server with its own
+    defaults (8192 MiB, 3 tokens): the fit counts those, not the role's."""
+    from specops.cli import build_parser
+    from specops.commands.fit import _profile, fit_params
+
+    path = tmp_path / "profile.yml"
+    path.write_text("draft_model: /srv/d.gguf\ncache_ram_mib: null\ndraft_n_max: null\nparallel: 2\n")
+    params = fit_params(build_parser().parse_args(["fit", "t.gguf"]), _profile(path))
+    assert (params.cache_ram_mib, params.draft_n_max, params.parallel, params.ctx_size) == (8192, 3, 2, 4096)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from specops.fit import DEFAULT_MARGIN, FitError, FitParams, deployed, estimate, measure_memory, render
+from specops.fit import DEFAULT_MARGIN, FitError, FitParams, deployed, estimate, measure_memory, render, unset
 from specops.ggufmeta import GGUFError
 from specops.knobs import DRAFT_TYPES, LIST_DEVICES_FLAG, Knob, fit_knobs
 from specops.profile import ProfileError, ServerProfile
@@ -33,8 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", type=Path, help="target model GGUF")
     p.add_argument("draft", type=Path, nargs="?", help="draft model GGUF (optional)")
     p.add_argument("--profile", type=Path,
-                   help="the service profile (YAML/JSON, the keys of `specops argv --profile`): its settings are "
-                        "the ones estimated; options given here override it")
+                   help="the service profile (YAML/JSON, the keys of `specops argv --profile`; - reads stdin): its "
+                        "settings are the ones estimated (null: llama-server's own default); options given here "
+                        "override it")
     for k in fit_knobs():
         if k.name in _PATHS:
             continue
@@ -64,7 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def fit_params(args: argparse.Namespace, profile: dict | None) -> FitParams:
-    """Each fit knob: the option when given, else the profile's value, else what the service deploys."""
+    """Each fit knob: the option when given, else the profile's value, else what the service deploys.
+
+    A profile's null is a flag the server is started without: llama-server's own default then (e.g. an
+    unbounded 8192 MiB prompt cache, 3 drafted tokens), as argv renders it, except where llama.cpp decides at
+    run time (context 0 = the model's, slots -1 = auto), which stay the service's."""
     values = {}
     for k in fit_knobs():
         if k.name in _PATHS:
@@ -72,6 +77,9 @@ def fit_params(args: argparse.Namespace, profile: dict | None) -> FitParams:
         value = getattr(args, k.name)
         if value is None and profile is not None:
             value = profile.get(k.name)
+            if value is None and k.name in profile:
+                llama = unset(k.name)
+                value = llama if llama not in (None, 0, -1) else None
         values[k.name] = _typed(k, deployed(k.name) if value is None else value)
     values["flash_attn"] = values["flash_attn"] != "off"
     return FitParams(**values, margin=args.margin)
@@ -90,7 +98,7 @@ def _profile(path: Path | None) -> dict | None:
     """The profile's settings (validated like `specops argv` does), or None."""
     if path is None:
         return None
-    data = yaml.safe_load(path.read_text()) or {}
+    data = yaml.safe_load(sys.stdin.read() if str(path) == "-" else path.read_text()) or {}
     return ServerProfile.from_dict({"model": "-", **data}).to_dict()
 
 
