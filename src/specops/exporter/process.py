@@ -3,7 +3,8 @@
 PID discovery, in order of preference:
 
 1. ``--unit NAME``: ``systemctl show -p MainPID -p NRestarts -p MemoryMax NAME``. Authoritative under systemd,
-   gives systemd's restart count too, and works as an unprivileged DynamicUser (D-Bus), unlike (2).
+   gives systemd's restart count too, and works as an unprivileged static system user over D-Bus, unlike (2)
+   (not as a DynamicUser: dbus-daemon drops DynamicUser clients, systemd/systemd#22737).
 2. the listening port of ``--server-url`` via ``psutil.net_connections`` (maps sockets to PIDs through
    ``/proc/*/fd``: needs root or the same user; used for ad-hoc runs and tests). The PID is cached while the
    process lives, so the scan runs only after a restart.
