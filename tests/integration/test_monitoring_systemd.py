@@ -23,7 +23,8 @@ PROFILE = REPO / "tests" / "fixtures" / "deploy" / "smollm.yml"
 DASHBOARD = REPO / "configs" / "grafana" / "dashboards" / "specops-llama-server.json"
 GRAFANA_VARS = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "15s", "$instance": ".+"}
 # panels that cannot have data on this host, and why
-NO_DATA_HERE = {"GPU memory (nvidia-smi)": "no GPU (the local Prometheus test covers it with a stub nvidia-smi)"}
+NO_DATA_HERE = {"GPU memory (nvidia-smi)": "no GPU (the local Prometheus test covers it with a stub nvidia-smi)",
+                "Series this engine cannot give": "llama-server gives every series: must stay empty (asserted)"}
 MONITORING = ["-e", "specops_exporter_enabled=true", "-e", "specops_monitoring_enabled=true",
               "-e", "monitoring_scrape_interval=2s", "-e", "monitoring_scrape_timeout=2s",
               "-e", "monitoring_evaluation_interval=2s"]
@@ -126,6 +127,9 @@ def test_prometheus_scrapes_it_and_every_panel_has_data(monitored, labhost):
         return not empty
 
     wait(all_panels, 600, f"panels with data (still empty: {empty})")
+    unsupported = next(p for p in dash["panels"] if p["title"] == "Series this engine cannot give")
+    assert not promql(labhost, unsupported["targets"][0]["expr"].replace("$instance", ".+")), \
+        "llama-server gives every series"
     rules = json.loads(get(labhost, "http://127.0.0.1:9090/api/v1/rules"))["data"]["groups"]
     assert all(r["health"] == "ok" for g in rules for r in g["rules"])
 

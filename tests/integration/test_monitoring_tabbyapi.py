@@ -47,7 +47,7 @@ EMPTY_ON_TABBYAPI = {
 def test_dashboard_queries_evaluate_for_a_tabbyapi_exporter(tmp_path, processes):
     assert shutil.which("prometheus"), "prometheus is installed by scripts/bootstrap"
     server_port = free_port()
-    server = processes.start([sys.executable, str(FAKE), "--port", str(server_port), "--switch-after", "4",
+    server = processes.start([sys.executable, str(FAKE), "--port", str(server_port), "--switch-after", "0",
                               str(FIX / "tabbyapi-5b73894.txt"), str(FIX / "tabbyapi-5b73894-later.txt")],
                              tmp_path / "tabbyapi.log")
     fake_smi = tmp_path / "bin" / "nvidia-smi"
@@ -64,6 +64,20 @@ def test_dashboard_queries_evaluate_for_a_tabbyapi_exporter(tmp_path, processes)
     processes.start(["prometheus", f"--config.file={prometheus_config(tmp_path, exporter_port)}",
                      f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
                      "--log.level=warn"], tmp_path / "prometheus.log")
+
+    # the generation "ends" (second body) only once Prometheus holds a sample of the first, through the exporter:
+    # otherwise, on a loaded machine, Prometheus may start after the switch and never see a counter move
+    def first_body_scraped() -> bool:
+        try:
+            return bool(query(prom, "llamacpp_tokens_predicted_total"))
+        except (httpx.HTTPError, ValueError, KeyError):
+            return False
+
+    wait_deadline = time.monotonic() + 120
+    while not first_body_scraped():
+        assert time.monotonic() < wait_deadline, "Prometheus never scraped the exporter's first pass"
+        time.sleep(1)
+    httpx.get(f"http://127.0.0.1:{server_port}/advance", timeout=10).raise_for_status()
 
     queries = panel_queries()
     with_data: set[str] = set()

@@ -6,6 +6,8 @@ N GETs, then BODY2 for the next N, and so on, staying on the last: what TabbyAPI
 finish (its counters move when a generation ends). The bodies are the fixtures rendered by TabbyAPI's own
 ``common/metrics.py`` (tests/fixtures/exporter/tabbyapi-5b73894*.txt). /health answers as TabbyAPI's does when
 healthy; every other path is a 404 with FastAPI's body, as TabbyAPI has no /slots nor /props.
+With ``--switch-after 0`` the body changes only when the test says so (``GET /advance``): a generation ending at a
+moment the test chooses, e.g. once Prometheus has a sample of the first body.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def main() -> None:
     bodies = [p.read_bytes() for p in args.bodies]
     lock = threading.Lock()
     gets = [0]
+    advanced = [0]
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
@@ -42,9 +45,14 @@ def main() -> None:
                 self._send(200, b'{"status":"healthy","issues":[]}', "application/json")
             elif self.path == "/metrics":
                 with lock:
-                    i = min(gets[0] // args.switch_after, len(bodies) - 1)
+                    step = gets[0] // args.switch_after if args.switch_after > 0 else advanced[0]
+                    i = min(step, len(bodies) - 1)
                     gets[0] += 1
                 self._send(200, bodies[i], "text/plain; version=0.0.4")
+            elif self.path == "/advance" and args.switch_after == 0:
+                with lock:
+                    advanced[0] += 1
+                self._send(200, b"{}", "application/json")
             else:
                 self._send(404, b'{"detail":"Not Found"}', "application/json")
 
