@@ -57,7 +57,8 @@ def completion(labhost, prompt: str) -> None:
     labhost.run(["python3", "-c", code], timeout=330)
 
 
-def wait(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def wait(pred, timeout: float, what) -> None:  # type: ignore[no-untyped-def]
+    """``what``: a text, or a callable giving it at the deadline (for state the wait itself updates)."""
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -67,7 +68,7 @@ def wait(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-de
         except (subprocess.SubprocessError, ValueError, KeyError, AssertionError) as exc:
             last = exc
         time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}: {last}")
+    raise AssertionError(f"timed out waiting for {what() if callable(what) else what}: {last}")
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def test_prometheus_scrapes_it_and_every_panel_has_data(monitored, labhost):
             completion(labhost, "Count backwards from ten:")
         return not empty
 
-    wait(all_panels, 600, f"panels with data (still empty: {empty})")
+    wait(all_panels, 600, lambda: f"panels with data (still empty: {empty})")
     unsupported = next(p for p in dash["panels"] if p["title"] == "Series this engine cannot give")
     assert not promql(labhost, unsupported["targets"][0]["expr"].replace("$instance", ".+")), \
         "llama-server gives every series"
