@@ -135,7 +135,7 @@ def build_argv(profile: ServerProfile, caps: Capabilities, binary: str = "llama-
 def check_extra_args(extra: list[str], caps: Capabilities) -> list[str]:
     """User-supplied extra arguments: every flag must exist and not be removed in this build."""
     for token in extra:
-        if not token.startswith("-") or _is_number(token):
+        if not token.startswith("-") or is_number(token):
             continue
         flag = token.split("=", 1)[0]
         if flag in caps.removed_flags:
@@ -148,7 +148,7 @@ def check_extra_args(extra: list[str], caps: Capabilities) -> list[str]:
     return list(extra)
 
 
-def _is_number(token: str) -> bool:
+def is_number(token: str) -> bool:
     try:
         float(token)
     except ValueError:
@@ -160,21 +160,10 @@ def shell_line(argv: list[str]) -> str:
     return shlex.join(argv)
 
 
-def systemd_quote(arg: str) -> str:
-    """Quote one word for a systemd command line (double quotes, ``%`` and ``$`` escaped)."""
-    escaped = arg.replace("%", "%%").replace("$", "$$")
-    if not escaped or any(c in escaped for c in " \t\"'\\;"):
-        escaped = '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return escaped
-
-
 def systemd_line(argv: list[str], multiline: bool = False) -> str:
-    """Quote argv for ``ExecStart=``; ``multiline`` puts each flag on its own continued line."""
-    if not multiline:
-        return " ".join(systemd_quote(a) for a in argv)
-    lines: list[list[str]] = [[]]
-    for arg in argv:
-        if arg.startswith("-") and lines[-1] and not _is_number(arg):
-            lines.append([])
-        lines[-1].append(systemd_quote(arg))
-    return " \\\n    ".join(" ".join(words) for words in lines)
+    """Quote argv for ``ExecStart=``; ``multiline`` puts each flag on its own continued line. The escaping is
+    the unit template's own (:func:`specops.unitfile.exec_line`), so `specops argv --format systemd` prints
+    what the role writes."""
+    from specops.unitfile import exec_line
+
+    return exec_line(argv, multiline=multiline)

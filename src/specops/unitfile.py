@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from specops.argv import is_number
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NEEDS_QUOTES = set(" \t\"'\\;")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -87,14 +89,6 @@ def exec_word(arg: str, what: str = "argument") -> str:
     return _quoted(representable(arg, what)).replace("%", "%%").replace("$", "$$")
 
 
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
-
-
 def exec_line(argv: list[str], multiline: bool = False, verbatim: list[str] | tuple[str, ...] = (),
               what: str = "llama-server argument") -> str:
     """``argv`` for ``ExecStart=``; words in ``verbatim`` (plain, e.g. ``%d/key``) keep their specifiers;
@@ -108,7 +102,7 @@ def exec_line(argv: list[str], multiline: bool = False, verbatim: list[str] | tu
         return " ".join(w for w, _ in words)
     lines: list[list[str]] = [[]]
     for word, arg in words:
-        if arg.startswith("-") and lines[-1] and not _is_number(arg):
+        if arg.startswith("-") and lines[-1] and not is_number(arg):
             lines.append([])
         lines[-1].append(word)
     return " \\\n    ".join(" ".join(line) for line in lines)
