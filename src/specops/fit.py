@@ -41,6 +41,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -457,3 +458,20 @@ def render(report: FitReport) -> str:
                      f"Lower {_C} or {_NP}, quantize the KV cache (q8_0), pick smaller models, "
                      "or use a host with more memory")
     return "\n".join(lines)
+
+
+def print_error(exc: Exception, as_json: bool) -> int:
+    """`specops fit`'s refusal (either engine): one line on stderr (and a JSON answer with --json); exit 2."""
+    if as_json:
+        print(json.dumps({"fits": None, "error": str(exc)}))
+    print(f"specops fit: {exc}", file=sys.stderr)
+    return 2
+
+
+def print_report(report: Any, text: str, as_json: bool) -> int:
+    """`specops fit`'s answer (either engine): the report as JSON or text; exit 0 when it fits, else 1."""
+    if as_json:
+        print(json.dumps({**report.as_dict(), "message": text}, ensure_ascii=False))
+    else:
+        print(text)
+    return 0 if report.fits else 1

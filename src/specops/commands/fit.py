@@ -7,13 +7,23 @@ GPU memory that cannot be measured).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import yaml
 
-from specops.fit import DEFAULT_MARGIN, FitError, FitParams, deployed, estimate, measure_memory, render, unset
+from specops.fit import (
+    DEFAULT_MARGIN,
+    FitError,
+    FitParams,
+    deployed,
+    estimate,
+    measure_memory,
+    print_error,
+    print_report,
+    render,
+    unset,
+)
 from specops.ggufmeta import GGUFError
 from specops.knobs import DRAFT_TYPES, LIST_DEVICES_FLAG, Knob, fit_knobs
 from specops.profile import ProfileError, ServerProfile
@@ -115,12 +125,5 @@ def run(args: argparse.Namespace) -> int:
                                 list_devices_output=args.devices_output.read_text() if args.devices_output else None)
         report = estimate(args.target, draft, params, memory)
     except (FitError, GGUFError, ProfileError, OSError, ValueError, yaml.YAMLError) as exc:
-        if args.json:
-            print(json.dumps({"fits": None, "error": str(exc)}))
-        print(f"specops fit: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps({**report.as_dict(), "message": render(report)}, ensure_ascii=False))
-    else:
-        print(render(report))
-    return 0 if report.fits else 1
+        return print_error(exc, args.json)
+    return print_report(report, render(report), args.json)

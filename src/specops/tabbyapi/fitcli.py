@@ -6,10 +6,8 @@ Exit status as ``specops fit``: 0 fits, 1 does not fit, 2 bad input (one line on
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from specops.fit import FitError, deployed
+from specops.fit import FitError, deployed, print_error, print_report
 from specops.knobs import knob
 from specops.tabbyapi.fit import Shape, TabbyFitParams, estimate, parse_size, render
 
@@ -57,12 +55,5 @@ def run(args: argparse.Namespace) -> int:
         draft = Shape.of_dir(args.draft) if args.draft else None
         report = estimate(target, draft, [parse_size(s) for s in args.gpu], params)
     except FitError as exc:
-        if args.json:
-            print(json.dumps({"fits": None, "error": str(exc)}))
-        print(f"specops fit: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps({**report.as_dict(), "message": render(report)}, ensure_ascii=False))
-    else:
-        print(render(report))
-    return 0 if report.fits else 1
+        return print_error(exc, args.json)
+    return print_report(report, render(report), args.json)
