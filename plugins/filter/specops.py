@@ -14,7 +14,16 @@ except ImportError:  # running from a checkout without `pip install -e .`
 from ansible.errors import AnsibleFilterError
 
 from specops.argv import FlagError, build_argv
-from specops.buildopts import BuildOptionError, build_id, cmake_args, cmake_options
+from specops.buildopts import (
+    DEFAULT_CUDA_ARCHITECTURES,
+    DEFAULT_HIP_TARGETS,
+    BuildOptionError,
+    build_id,
+    cmake_args,
+    cmake_options,
+    compile_argv,
+    configure_argv,
+)
 from specops.capabilities import Capabilities, parse_help, parse_version
 from specops.deploycheck import check_host, check_inputs, verify_problems
 from specops.devices import device_problem
@@ -89,7 +98,7 @@ def specops_verify_problems(result: dict, units: list[str], binary: str = "",
 
 
 def specops_cmake_options(backend: str, commit: str, cpu_flags: str | list[str] = "", cpu_isa="auto",
-                          cuda_architectures: str = "75;80;86;89;90", hip_targets: str = "gfx90a;gfx1030;gfx1100",
+                          cuda_architectures: str = DEFAULT_CUDA_ARCHITECTURES, hip_targets: str = DEFAULT_HIP_TARGETS,
                           extra: dict | None = None) -> dict:
     try:
         return cmake_options(backend, commit=commit, cpu_flags=cpu_flags, cpu_isa=cpu_isa,
@@ -105,6 +114,24 @@ def specops_build_id(options: dict, commit: str, backend: str, targets: list[str
 
 def specops_cmake_args(options: dict) -> list[str]:
     return cmake_args(dict(options))
+
+
+def specops_configure_argv(src_dir: str, build_dir: str, options: dict, backend: str, cuda_home: str | None = None,
+                           ccache: bool = False, cuda_library_dirs: list[str] | None = None,
+                           cuda_include_dirs: list[str] | None = None, bundle_libs: bool = False) -> list[str]:
+    """The cmake configure argv, the same function `specops build` uses (nvcc is looked for on the controller,
+    as the `is exists` test the role used before did)."""
+    return configure_argv(str(src_dir), str(build_dir), dict(options), backend=str(backend),
+                          cuda_home=None if cuda_home is None else str(cuda_home), ccache=bool(ccache),
+                          cuda_library_dirs=[str(d) for d in cuda_library_dirs or []],
+                          cuda_include_dirs=[str(d) for d in cuda_include_dirs or []], bundle_libs=bool(bundle_libs))
+
+
+def specops_compile_argv(build_dir: str, targets: list[str], jobs: int | str) -> list[str]:
+    try:
+        return compile_argv(str(build_dir), [str(t) for t in targets], jobs)
+    except BuildOptionError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def specops_model_file(name: str, models: list | None = None) -> str:
@@ -160,6 +187,8 @@ class FilterModule:
             "specops_verify_problems": specops_verify_problems,
             "specops_build_id": specops_build_id,
             "specops_cmake_args": specops_cmake_args,
+            "specops_configure_argv": specops_configure_argv,
+            "specops_compile_argv": specops_compile_argv,
             "specops_probe_summary": summarize_probe,
             "specops_model_file": specops_model_file,
             "specops_device_problem": specops_device_problem,

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections.abc import Sequence
 
 BACKENDS = ("cpu", "cuda", "vulkan", "hip", "metal", "sycl")
+DEFAULT_CUDA_ARCHITECTURES = "75;80;86;89;90"
+DEFAULT_HIP_TARGETS = "gfx90a;gfx1030;gfx1100"
 
 # cpuinfo flag -> GGML option. AMX and AVX512_BF16 are deliberately absent (see module docstring;
 # AVX512_BF16 does not compile with GCC 12). They can still be forced through extra options.
@@ -84,8 +88,8 @@ def cmake_options(
     commit: str,
     cpu_flags: list[str] | str = (),  # type: ignore[assignment]
     cpu_isa: str | list[str] = "auto",
-    cuda_architectures: str = "75;80;86;89;90",
-    hip_targets: str = "gfx90a;gfx1030;gfx1100",
+    cuda_architectures: str = DEFAULT_CUDA_ARCHITECTURES,
+    hip_targets: str = DEFAULT_HIP_TARGETS,
     extra: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Every ``-D`` option for one build, sorted for a stable build id."""
@@ -118,3 +122,63 @@ def build_id(commit: str, backend: str, options: dict[str, str], targets: list[s
 
 def cmake_args(options: dict[str, str]) -> list[str]:
     return [f"-D{k}={v}" for k, v in options.items()]
+
+
+def cpu_flags_line(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The build host's first ``flags``/``Features`` line of /proc/cpuinfo ('' when unreadable): what the role
+    reads with ``grep -m1 -E '^(flags|Features)' /proc/cpuinfo`` for ``cpu_isa: auto``."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as fh:
+            return next((line.rstrip("\n") for line in fh if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return ""
+
+
+def configure_argv(
+    src_dir: str,
+    build_dir: str,
+    options: dict[str, str],
+    *,
+    backend: str,
+    cuda_home: str | None = None,
+    ccache: bool = False,
+    cuda_library_dirs: Sequence[str] = (),
+    cuda_include_dirs: Sequence[str] = (),
+    bundle_libs: bool = False,
+) -> list[str]:
+    """The ``cmake`` configure command line (the llama_cpp role's Configure task and ``specops build``).
+
+    CUDA only: ``-DCMAKE_CUDA_COMPILER`` when ``<cuda_home>/bin/nvcc`` exists on this machine, ccache as CUDA
+    launcher, the dirs holding cuBLAS (a toolkit from PyPI wheels) as library path and their headers as
+    ``-I``, and a ``$ORIGIN/../lib`` RUNPATH when the CUDA libraries are bundled into the prefix.
+    """
+    argv = ["cmake", "-S", str(src_dir), "-B", str(build_dir), "-G", "Ninja", *cmake_args(options)]
+    if ccache:
+        argv += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+    if backend != "cuda":
+        return argv
+    nvcc = f"{cuda_home}/bin/nvcc"
+    if cuda_home is not None and os.path.exists(nvcc):
+        argv.append(f"-DCMAKE_CUDA_COMPILER={nvcc}")
+    if ccache:
+        argv.append("-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache")
+    if cuda_library_dirs:
+        argv.append("-DCMAKE_LIBRARY_PATH=" + ";".join(str(d) for d in cuda_library_dirs))
+    if cuda_include_dirs:
+        argv.append("-DCMAKE_CUDA_FLAGS=" + " ".join(f"-I{d}" for d in cuda_include_dirs))
+    if bundle_libs:
+        argv += ["-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib"]
+    return argv
+
+
+def compile_argv(build_dir: str, targets: Sequence[str], jobs: int | str) -> list[str]:
+    """``cmake --build DIR -j N --target T...``."""
+    try:
+        n = int(jobs)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise BuildOptionError(f"jobs must be a positive whole number, got {jobs!r}")
+    if not targets:
+        raise BuildOptionError("no targets to build")
+    return ["cmake", "--build", str(build_dir), "-j", str(n), "--target", *(str(t) for t in targets)]

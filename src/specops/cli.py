@@ -13,8 +13,9 @@ import sys
 from specops import __version__, commands
 from specops.oneline import CommandParser
 
-# commands whose usage errors are one line (they run under systemd, where a usage dump buries the error)
-ONE_LINE_ERRORS = frozenset({"exporter"})
+# commands whose usage errors are one line (the exporter runs under systemd, where a usage dump buries the error;
+# a build's bad input is one line too)
+ONE_LINE_ERRORS = frozenset({"exporter", "build"})
 
 DESCRIPTION = ("specops: build, deploy, verify, benchmark and watch llama.cpp speculative decoding. "
                "Run `specops COMMAND --help` for each command.")
