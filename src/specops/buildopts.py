@@ -12,6 +12,8 @@ import json
 import os
 from collections.abc import Sequence
 
+from specops.knobs import knob
+
 BACKENDS = ("cpu", "cuda", "vulkan", "hip", "metal", "sycl")
 DEFAULT_CUDA_ARCHITECTURES = "75;80;86;89;90"
 DEFAULT_HIP_TARGETS = "gfx90a;gfx1030;gfx1100"
@@ -82,6 +84,23 @@ def isa_options(cpu_flags: list[str] | str, isa: str | list[str] = "auto") -> di
     return {opt: ("ON" if flag in wanted else "OFF") for flag, opt in ISA_FLAGS.items()}
 
 
+# ggml-cuda compiles its FlashAttention kernels for these K-V cache type pairs only (GGML_CUDA_FA_QUANTS in
+# ggml/CMakeLists.txt at the pinned commit). Any other pair still runs, but converts the whole KV cache to f16 at
+# every step ("no FlashAttention vector kernel compiled for K/V types f16-q8_0 ... (slow)"): seen on the H100 with
+# the service's own -ctv q8_0, reports/gpu-h100.md.
+CUDA_FA_QUANTS = ("q4_0-q4_0", "q8_0-q8_0", "f16-f16", "bf16-bf16")
+
+
+def deployed_kv_pair() -> str:
+    """The K-V cache type pair a service deployed with our defaults runs (knob table): f16-q8_0."""
+    return f"{knob('cache_type_k').effective_default}-{knob('cache_type_v').effective_default}"
+
+
+def cuda_fa_quants(pairs: Sequence[str] = ()) -> str:
+    """llama.cpp's default pairs, the deployed pair and any ``pairs`` asked for, as GGML_CUDA_FA_QUANTS."""
+    return ";".join(dict.fromkeys([*CUDA_FA_QUANTS, deployed_kv_pair(), *pairs]))
+
+
 def cmake_options(
     backend: str,
     *,
@@ -91,8 +110,12 @@ def cmake_options(
     cuda_architectures: str = DEFAULT_CUDA_ARCHITECTURES,
     hip_targets: str = DEFAULT_HIP_TARGETS,
     extra: dict[str, str] | None = None,
+    cuda_fa_kv: Sequence[str] = (),
 ) -> dict[str, str]:
-    """Every ``-D`` option for one build, sorted for a stable build id."""
+    """Every ``-D`` option for one build, sorted for a stable build id.
+
+    ``cuda_fa_kv``: further K-V cache type pairs (``q8_0-q4_0``) whose FlashAttention kernels a CUDA build
+    compiles, beyond llama.cpp's defaults and the pair the service deploys."""
     if backend not in BACKENDS:
         raise BuildOptionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     opts = dict(COMMON)
@@ -100,7 +123,8 @@ def cmake_options(
     if backend != "metal":
         opts.update(isa_options(list(cpu_flags) if not isinstance(cpu_flags, str) else cpu_flags, cpu_isa))
     if backend == "cuda":
-        opts.update({"GGML_CUDA": "ON", "CMAKE_CUDA_ARCHITECTURES": cuda_architectures})
+        opts.update({"GGML_CUDA": "ON", "CMAKE_CUDA_ARCHITECTURES": cuda_architectures,
+                     "GGML_CUDA_FA_QUANTS": cuda_fa_quants(cuda_fa_kv)})
     elif backend == "vulkan":
         opts["GGML_VULKAN"] = "ON"
     elif backend == "hip":
