@@ -143,7 +143,7 @@ def gpu_mib_by_pid() -> dict[int, float]:
 
 def fit_prediction(profile: dict[str, Any], out: Path, name: str, memory_mib: float) -> dict[str, Any]:
     """``specops fit TARGET [DRAFT] --profile P --backend cuda --json``: the fit the deploy runs."""
-    prof = {k: v for k, v in profile.items() if k not in ("model", "draft_model")}
+    prof = {k: v for k, v in profile.items() if k != "model"}
     path = out / "logs" / f"{name}.profile.json"
     path.write_text(json.dumps(prof))
     argv = [sys.executable, "-c", "import sys; from specops.cli import main; sys.exit(main())", "fit",
