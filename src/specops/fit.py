@@ -28,6 +28,13 @@ row (target: n_parallel × (draft_n_max + 1) rows, draft: n_parallel). Runtime o
 process itself (binary, libraries, thread pools, HTTP server). CPU_REPACK duplicates of weights live in the
 page cache, which the kernel can reclaim, and are not counted.
 
+Against GPU memory (every layer offloaded, as the CUDA profiles deploy) the weights are those llama.cpp puts on
+the GPU: all but the input embedding ``token_embd``, which stays in host RAM, except that a model with tied
+embeddings (no ``output.weight``) gets a copy of it on the GPU as its output layer. The runtime overhead is the
+process's CUDA context, cuBLAS handles and pools, 576 MiB. Checked against nvidia-smi's per-process use on an
+H100 for Qwen2.5 1.5B/7B/14B shapes, alone and with the 0.5B draft, at -c 4096 and 32768: within 1.1%
+(reports/gpu-h100.md, before: up to 27% low for the 1.5B).
+
 It fits when needed + margin ≤ available, margin = max(10 % of needed, 512 MiB) by default.
 Available: host RAM ``psutil.virtual_memory().available`` (or total with ``--memory-basis total``), or GPU
 memory summed over GPUs for GPU backends (nvidia-smi's memory.free, which leaves out the driver's reserve;
@@ -58,6 +65,11 @@ from specops.nvsmi import MIB_CELL, header_names, read_table
 MIB = 1024 * 1024
 GPU_BACKENDS = ("cuda", "rocm", "hip")
 OVERHEAD = 128 * MIB
+# One llama-server process's CUDA context, cuBLAS handles and pools on the GPU, beyond its buffers: 571-583 MiB
+# measured with nvidia-smi on an H100 (CUDA 13.0, driver 580) for four model shapes (reports/gpu-h100.md).
+GPU_OVERHEAD = 576 * MIB
+INPUT_EMBEDDING = "token_embd.weight"  # llama.cpp keeps the input layer in host RAM even with every layer offloaded
+OUTPUT = "output.weight"
 DEFAULT_MARGIN = "10%,512MiB"
 NVIDIA_FIELDS = ("memory.total", "memory.used", "memory.free")  # what measure_memory asks nvidia-smi for
 _ROCM_TOTAL = re.compile(r"vram total memory \(b\)", re.IGNORECASE)
@@ -103,6 +115,8 @@ class ModelShape:
     context_length: int
     weights: int
     sliding_window: int | None
+    input_bytes: int = 0  # the input embedding (host RAM when offloaded)
+    tied: bool = False  # no output matrix: the embedding is copied to the GPU as the output layer
 
     @classmethod
     def of(cls, info: GGUFInfo) -> ModelShape:
@@ -130,7 +144,14 @@ class ModelShape:
             value_length=int(info.arch_get("attention.value_length", head_dim)), n_vocab=int(n_vocab),
             context_length=int(info.arch_get("context_length", 0) or 0), weights=info.tensor_bytes,
             sliding_window=info.arch_get("attention.sliding_window"),
+            input_bytes=sum(t.n_bytes for t in info.tensors if t.name == INPUT_EMBEDDING),
+            tied=not any(t.name == OUTPUT for t in info.tensors),
         )
+
+    def gpu_weights(self) -> int:
+        """Weight bytes on the GPU with every layer offloaded: all but the input embedding, which llama.cpp
+        keeps in host RAM; with tied embeddings it is also the output layer, so a copy lives on the GPU."""
+        return self.weights if self.tied else self.weights - self.input_bytes
 
     def kv_bytes(self, cells: int, type_k: str, type_v: str) -> int:
         bk, bv = cache_type_bytes(type_k), cache_type_bytes(type_v)
@@ -405,8 +426,13 @@ def estimate(target: str | Path, draft: str | Path | None, params: FitParams, me
         ("target", tshape, params.cache_type_k, params.cache_type_v, target_rows)]
     if dshape is not None:
         roles.append(("draft", dshape, params.draft_cache_type_k, params.draft_cache_type_v, params.parallel))
+    gpu = memory.kind == "GPU"
     for role, s, _tk, _tv, _outputs in roles:
-        items.append(Item(f"{role} weights", s.weights, Path(s.path).name))
+        if gpu:
+            items.append(Item(f"{role} weights", s.gpu_weights(), f"{Path(s.path).name}, every layer on the GPU"
+                              + ("" if s.tied else f" (input embedding, {s.input_bytes / MIB:,.0f} MiB, in host RAM)")))
+        else:
+            items.append(Item(f"{role} weights", s.weights, Path(s.path).name))
     for role, s, tk, tv, _outputs in roles:
         heads = s.n_head_kv[0] if len(set(s.n_head_kv)) == 1 else f"{min(s.n_head_kv)}..{max(s.n_head_kv)}"
         items.append(Item(f"{role} KV cache", s.kv_bytes(cells, tk, tv),
@@ -421,7 +447,10 @@ def estimate(target: str | Path, draft: str | Path | None, params: FitParams, me
                           "(estimate)"))
     out = sum(s.n_vocab * 4 * outputs for _r, s, _k, _v, outputs in roles)
     items.append(Item("output buffers", out, "logits rows × n_vocab × 4 B"))
-    items.append(Item("runtime overhead", OVERHEAD, "process, libraries, threads, HTTP (fixed)"))
+    if gpu:
+        items.append(Item("runtime overhead", GPU_OVERHEAD, "CUDA context, cuBLAS and pools per process (measured)"))
+    else:
+        items.append(Item("runtime overhead", OVERHEAD, "process, libraries, threads, HTTP (fixed)"))
     if params.cache_ram_mib > 0 and memory.kind == "host RAM":
         items.append(Item("prompt cache", params.cache_ram_mib * MIB,
                           f"{_CRAM}: saved prompt states fill host RAM up to this bound as requests vary"))

@@ -33,6 +33,7 @@ def write_gguf(
     ctx: int = 2048,
     extra_tensor_elems: int = 0,
     extra: dict[str, Any] | None = None,
+    output_tensor: bool = False,
 ) -> Path:
     """Write a tiny but structurally complete GGUF: header, tokenizer keys, a few f32 tensors."""
     toks = tokens if tokens is not None else vocab(n_vocab)
@@ -70,6 +71,8 @@ def write_gguf(
     rng = np.random.default_rng(0)
     w.add_tensor("token_embd.weight", rng.standard_normal((len(toks), 8), dtype=np.float32))
     w.add_tensor("output_norm.weight", np.ones(8, dtype=np.float32))
+    if output_tensor:  # an untied output matrix (else the embedding is the output layer)
+        w.add_tensor("output.weight", rng.standard_normal((len(toks), 8), dtype=np.float32))
     if extra_tensor_elems:
         w.add_tensor("blk.0.extra.weight", rng.standard_normal(extra_tensor_elems, dtype=np.float32))
     w.write_header_to_file()

@@ -11,7 +11,9 @@ import pytest
 
 from specops.cli import main
 from specops.fit import (
+    GPU_OVERHEAD,
     MIB,
+    OVERHEAD,
     FitError,
     FitParams,
     Memory,
@@ -85,6 +87,22 @@ def test_estimate_breakdown(model: Path, tmp_path: Path) -> None:
         i.component: i.bytes for i in fa.items
     }["target compute"]
     assert diff == 4 * 512 * 4096 * 4  # the score matrix: ubatch × cells × heads × 4 B
+
+
+def test_gpu_weights_leave_the_input_embedding_in_host_ram(tmp_path: Path) -> None:
+    """Measured on an H100 (reports/gpu-h100.md): llama.cpp keeps token_embd in host RAM with every layer
+    offloaded, and copies it to the GPU as the output layer when the model has no output matrix."""
+    tied = write_gguf(tmp_path / "tied.gguf")
+    untied = write_gguf(tmp_path / "untied.gguf", output_tensor=True)
+    embd = next(t.n_bytes for t in read(untied).tensors if t.name == "token_embd.weight")
+    gpu = Memory("GPU", 80 * 1024 * MIB, 80 * 1024 * MIB, "test")
+    for path, on_gpu in ((tied, read(tied).tensor_bytes), (untied, read(untied).tensor_bytes - embd)):
+        items = {i.component: i.bytes for i in estimate(path, tied, FitParams(), gpu).items}
+        assert items["target weights"] == on_gpu
+        assert items["draft weights"] == read(tied).tensor_bytes
+        assert items["runtime overhead"] == GPU_OVERHEAD
+        host = {i.component: i.bytes for i in estimate(path, None, FitParams(), BIG).items}
+        assert host["target weights"] == read(path).tensor_bytes and host["runtime overhead"] == OVERHEAD
 
 
 def test_ctx_zero_means_training_context(model: Path) -> None:
