@@ -733,7 +733,13 @@ def main(argv: list[str] | None = None) -> int:
              *section_ck(targets, cpu, f"{rel}/{ck_png.name}"), *section_arms(targets),
              *section_pred(targets, f"{rel}/{pred_png.name}"), *section_vram(data), *section_pair(data, targets),
              *section_checks(targets, cpu, data, info), *section_how(data, targets, info, out_path)]
-    out_path.write_text("\n".join(lines).rstrip() + "\n")
+    text = "\n".join(lines).rstrip() + "\n"
+    notes_files = (("<!-- NOTES -->", "notes.md"), ("<!-- NOTES: predicted vs measured -->", "notes-predicted.md"))
+    for marker, name in notes_files:
+        notes = data / name  # the human part of the report, kept beside the data so a regeneration keeps it
+        if notes.exists():
+            text = text.replace(marker, notes.read_text().strip())
+    out_path.write_text(text)
     print(out_path)
     return 0
 
