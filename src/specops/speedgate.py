@@ -80,14 +80,23 @@ def break_even(n_tokens: int, drafted: int, accepted: int, ratio: float, n_max: 
     return round(max(0.0, (round_cost - 1.0) / per_round), 4)
 
 
-def message(result: Mapping[str, Any], action: str, service: str) -> str:
+def concurrency_note(parallel: int | None) -> str:
+    """What a one-request-at-a-time measurement does not say for a service with several slots."""
+    if not parallel or int(parallel) <= 1:
+        return ""
+    return (f" Measured one request at a time; this service runs --parallel {int(parallel)}, where several slots "
+            "share the machine and speculation's gain shrinks: run `specops saturate` on this host "
+            "(reports/saturation-*.md) before relying on it.")
+
+
+def message(result: Mapping[str, Any], action: str, service: str, parallel: int | None = None) -> str:
     """The line the deploy prints."""
     lo, hi = result.get("ratio_low"), result.get("ratio_high")
     ci = f" [{lo:.2f}–{hi:.2f}]" if lo is not None and hi is not None else ""
     head = (f"speculative {result['speculative_tps']:.1f} tok/s vs plain {result['plain_tps']:.1f} tok/s "
             f"({result['ratio']:.2f}×{ci}, {result['prompts']} prompts, {result['mode']})")
     if result["verdict"] == "pays":
-        return f"{head}: speculation pays on this host; {service} keeps it."
+        return f"{head}: speculation pays on this host; {service} keeps it.{concurrency_note(parallel)}"
     todo = ("run `specops bench` on this host to find a setting that pays (reports/speculative_benchmark.md), "
             "or set llama_server_spec_type: none")
     if action == "fallback":

@@ -205,6 +205,23 @@ def test_the_interval_is_for_the_task_set_and_closes_as_its_tasks_run_out() -> N
     assert rel_half_width(plain.interval("mixed", "w")) > 0.2  # type: ignore[arg-type]
 
 
+def test_a_new_task_of_the_workload_gets_its_own_wider_interval() -> None:
+    """Issue 29's example: per-task ratios 1.34, 0.99, 1.68 and 1.24 on a 4-task workload. With every task in,
+    the set's interval holds measurement noise only and is narrow; a new task of the same kind could land
+    anywhere the tasks spread, so its prediction interval takes in both 0.9 and 1.8."""
+    tasks = {"w": ["a", "b", "c", "d"]}
+    factor = dict(zip(tasks["w"], (1.34, 0.99, 1.68, 1.24), strict=True))
+    d = Design(["x"], tasks, min_tasks=None)
+    while (b := d.next_block(0)) is not None:
+        d.add(b, {BASELINE: 10.0, AA: 10.0 * (1 + 0.01 * (-1) ** b.index), "x": 10.0 * factor[b.task]})
+    these, new = d.interval("x", "w"), d.new_task_interval("x", "w")
+    assert these is not None and new is not None and these.has_ci and new.has_ci
+    assert new.estimate == pytest.approx(these.estimate)
+    assert new.low < 0.9 and new.high > 1.8  # type: ignore[operator]
+    assert rel_half_width(these) < 0.1 < rel_half_width(new)
+    assert new.low < these.low and new.high > these.high  # type: ignore[operator]
+
+
 def test_aa_check_settles_and_then_leaves_the_blocks() -> None:
     d = Design(["x"], {"w": [f"t{i}" for i in range(12)]}, min_tasks=4, half_width=0.05, aa_precision=0.025)
     swing = [1.3, 0.8, 1.25, 0.85, 1.2, 0.9, 1.15, 0.95, 1.1, 1.0, 1.05, 1.0]  # an arm that takes long to settle

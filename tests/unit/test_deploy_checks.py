@@ -140,3 +140,19 @@ def test_the_fit_receives_the_deployed_profile(tmp_path):
     assert (params.cache_type_k, params.cache_type_v, params.draft_cache_type_k, params.draft_cache_type_v) == (
         "f16", "q8_0", "q8_0", "f16")
     assert params.flash_attn is True
+
+
+def test_a_deploy_without_the_builder_inventory_says_which_inventory_to_add(tmp_path):
+    """Issue 31: `-i` with only the servers used to end in "'dict object' has no attribute 'llama_builders'" after
+    10 s; the first task of the first play now refuses in one line that names the -i to add, before anything."""
+    inv = tmp_path / "servers.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"llama_servers": {"hosts": {"srv": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
+    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inv), "deploy.yml"],
+                          capture_output=True, text=True, cwd=REPO, check=False, timeout=300,
+                          env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert "no llama_builders group" in out and "-i inventory/builder.yml" in out, out[-2000:]
+    assert "has no attribute" not in out
+    assert "Check every input against the argument specs" not in out  # refused before the input checks ran

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ from specops.soak.saturation import (
     problems,
     summarize_arm,
 )
-from specops.soak.saturation_report import render_markdown
+from specops.soak.saturation_report import main as saturation_report_main
+from specops.soak.saturation_report import meaning, render_markdown, write
 
 
 def test_plan_alternates_abba_and_faults_both_arms_of_every_kth_block():
@@ -141,3 +143,43 @@ def test_report_has_an_ab_row_per_level_and_a_row_per_slot_and_arm():
         for arm in (SPEC, PLAIN):
             for sid in range(n):
                 assert f"| {n} | {arm} | {sid} |" in md
+
+
+def _levels(ratios: dict[int, list[float]]) -> dict:
+    return {"levels": [{"level": n, "block_ratios": br, "ratio_geomean": math.exp(sum(map(math.log, br)) / len(br))}
+                       for n, br in ratios.items()]}
+
+
+def test_the_report_says_in_one_sentence_where_speculation_stops_paying():
+    """Issue 29: the report says at which N, if any, speculation stops paying here and what the deploy should do;
+    an N pays (or loses) only when every paired block does."""
+    assert meaning(_levels({1: [0.58, 0.62], 2: [0.56, 0.6], 4: [0.49, 0.61]})).startswith(
+        "Speculation loses at every concurrency measured (N=1 0.60×")
+    assert "llama_server_spec_type: none" in meaning(_levels({1: [0.58, 0.62], 2: [0.56, 0.6]}))
+    line = meaning(_levels({1: [1.3, 1.2], 2: [1.1, 1.05], 4: [0.8, 0.9]}))
+    assert "pays up to N=2 and stops paying from N=4" in line and "llama_server_parallel` ≤ 2" in line
+    assert meaning(_levels({1: [1.2, 1.1], 2: [1.1, 1.2]})).startswith("Speculation pays at every concurrency")
+    assert meaning(_levels({1: [1.2, 0.9]})).startswith("Mixed or unsettled")
+
+
+def test_the_report_is_rebuilt_from_its_json_with_a_plot(tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    levels = []
+    for n in (1, 2):
+        arms = arms_ok(n)
+        for a in arms.values():
+            a.update(kv_per_slot_bytes=2**20, server_acceptance={}, restarts=0, start_errors=[])
+        levels.append({"level": n, "arms": arms, "block_ratios": [0.9], "ratio": 0.9, "ratio_geomean": 0.9,
+                       "problems": []})
+    result = SaturationResult(run_id="t", started_at="a", ended_at="b", duration_s=60.0,
+                              plan={"levels": [1, 2], "phase": 6.0, "duration": 24.0, "blocks": 2, "faults": [],
+                                    "fault_every": 2, "fault_at": 0.3, "max_tokens": 12},
+                              setup={}, levels=levels, phases=[], problems=[])
+    paths = write(result, tmp_path)
+    assert paths["png"].stat().st_size > 10_000
+    md = paths["md"].read_text()
+    assert "**What it means:** Speculation loses at every concurrency measured" in md
+    assert f"]({paths['png'].name})" in md
+    paths["md"].unlink()
+    assert saturation_report_main([str(paths["json"])]) == 0
+    assert paths["md"].read_text() == md

@@ -54,6 +54,14 @@ def test_speculation_that_pays_is_kept_and_min_ratio_raises_the_bar() -> None:
     assert judge(p, p, SPEC, PLAIN, min_ratio=1.6)["verdict"] == "loses"
 
 
+def test_a_pass_for_a_service_with_several_slots_says_it_was_measured_one_request_at_a_time() -> None:
+    p = probe({SPEC: [18.0, 19.0, 17.0], PLAIN: [12.0, 12.5, 11.5]})
+    r = judge(p, p, SPEC, PLAIN)
+    assert "one request at a time" not in message(r, "fallback", "svc", parallel=1)
+    line = message(r, "fallback", "svc", parallel=4)
+    assert "keeps it" in line and "--parallel 4" in line and "specops saturate" in line
+
+
 def test_one_after_the_other_judges_two_runs() -> None:
     spec = probe({SPEC: [10.0, 10.0]})
     plain = probe({PLAIN: [12.5, 12.5]})

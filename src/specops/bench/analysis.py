@@ -37,6 +37,7 @@ class ArmWorkload:
     mean_accept_len: float | None = None
     mean_draft_len: float | None = None
     speedup: Interval | None = None
+    new_task: Interval | None = None  # where one new task of the workload may land (prediction interval)
     conclusion: str = "inconclusive"
     stopped: str | None = None
     predicted: float | None = None
@@ -61,6 +62,7 @@ class ArmWorkload:
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["speedup"] = self.speedup.to_dict() if self.speedup else None
+        d["new_task"] = self.new_task.to_dict() if self.new_task else None
         d["all_identical"] = self.all_identical
         d["half_width"] = self.half_width
         return d
@@ -152,6 +154,7 @@ def analyse(
                     aw.per_pos[pos] = aw.per_pos.get(pos, 0.0) + float(v)
             if arm != BASELINE:
                 aw.speedup = design.interval(arm, wl) if wl != ALL else design.mix_interval(arm)
+                aw.new_task = design.new_task_interval(arm, wl) if wl != ALL else None
                 aw.conclusion = conclusion(aw.speedup, design.half_width)
                 if arm in design.status and wl != ALL:
                     aw.stopped = design.status[arm][wl].stopped

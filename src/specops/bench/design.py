@@ -222,6 +222,25 @@ class Design:
         half = t975(n - 1) * math.sqrt(var)
         return Interval(math.exp(m), math.exp(m - half), math.exp(m + half), n)
 
+    def new_task_interval(self, arm: str, wl: str) -> Interval | None:
+        """95% prediction interval of the arm's speedup on one *new* task of this workload, one not in the set.
+
+        :meth:`interval` answers "how fast on these tasks": with every task in, only measurement noise is left
+        and it can be narrow. A new task of the same kind can land anywhere the tasks spread: a Student-t
+        prediction interval on the log ratios, exp(m ± t(n-1)·s·√(1 + 1/n)), with no finite-population
+        correction. Needs two tasks."""
+        ratios = self.task_ratios(arm, wl)
+        if not ratios:
+            return None
+        logs = [math.log(r) for r in ratios.values()]
+        n = len(logs)
+        m = sum(logs) / n
+        if n < 2:
+            return Interval(math.exp(m), None, None, n)
+        s2 = sum((x - m) ** 2 for x in logs) / (n - 1)
+        half = t975(n - 1) * math.sqrt(s2 * (1 + 1 / n))
+        return Interval(math.exp(m), math.exp(m - half), math.exp(m + half), n)
+
     def mix_interval(self, arm: str, workloads: Iterable[str] | None = None) -> Interval | None:
         """The whole mix: every workload weighs the same (a stratified estimate), so an arm that ran
         longer on the workloads where it wins is not favoured. Normal interval on the mean of the

@@ -74,7 +74,10 @@ def write_vars(path: Path, variables: Mapping[str, Any], header: str) -> Path:
 def header_for(arm: str, reason: str, rule: str, report: str) -> str:
     return (
         f"Written by `specops bench` on {time.strftime('%Y-%m-%d %H:%M:%S')} — do not edit by hand;\n"
-        f"re-run the bench instead. Recommended arm: {arm} (rule '{rule}').\n{reason}\nEvidence: {report}"
+        f"re-run the bench instead. Recommended arm: {arm} (rule '{rule}').\n{reason}\nEvidence: {report}\n"
+        "Measured with one request at a time (one server slot). For a service with llama_server_parallel > 1 this\n"
+        "says nothing about concurrency: run `specops saturate` (reports/saturation-*.md) at that N first; the\n"
+        "deploy's speed gate says the same when it passes a speculative setting to a service with several slots."
     )
 
 

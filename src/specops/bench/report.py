@@ -55,6 +55,13 @@ def _f(v: float | None, fmt: str = ".1f", none: str = "–") -> str:
     return none if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
 
 
+def _new_task(aw: ArmWorkload) -> str:
+    iv = aw.new_task
+    if iv is None or not iv.has_ci:
+        return "–"
+    return f"[{iv.low:.2f}–{iv.high:.2f}]"
+
+
 def _sp(aw: ArmWorkload | None) -> str:
     iv = aw.speedup if aw else None
     if iv is None:
@@ -227,6 +234,9 @@ def markdown(
             conf = "yes" if pk.confident else f"no: {len(pk.unsettled)} unsettled"
             w(f"| {wl} | {arm} | {_sp(pk.speedup)} | {pk.gate.reason} | {conf} | {pk.reason} |")
     w("")
+    w("The speedups here and every conclusion are for **this task set** (its tasks drawn without replacement: "
+      "with all of them in, only measurement noise is left), the question the recommendation answers. Where one "
+      "*new* task of a workload may land is wider: the 'a new task' column of the results tables.\n")
     if reference:
         w("## Agreement with the reference run\n")
         w(f"Reference: {reference.get('report')} — {reference.get('what')}; wall time "
@@ -296,9 +306,9 @@ def markdown(
     w("")
     for wl in [*workloads, ALL]:
         w(f"## Results: {wl}\n")
-        w("| arm | tasks | decode tok/s | speedup [95% CI] | ± | conclusion | stopped | acceptance | mean acc. len "
-          "| predicted | measured ÷ predicted | identical |")
-        w("| --- " * 12 + "|")
+        w("| arm | tasks | decode tok/s | speedup [95% CI] (these tasks) | ± | a new task [95%] | conclusion | "
+          "stopped | acceptance | mean acc. len | predicted | measured ÷ predicted | identical |")
+        w("| --- " * 13 + "|")
         for name in [BASELINE, AA, *arms]:
             aw = results.get(name, {}).get(wl)
             if not aw:
@@ -306,6 +316,7 @@ def markdown(
             ratio = (aw.speedup.estimate / aw.predicted) if aw.speedup and aw.predicted else None
             w(f"| `{name}` | {aw.tasks} | {_f(aw.decode_tps)} | {_sp(aw) if name != BASELINE else '1.00×'} | "
               f"{_f(aw.half_width and aw.half_width * 100, '.1f')}{'%' if aw.half_width else ''} | "
+              f"{_new_task(aw) if name != BASELINE else '–'} | "
               f"{aw.conclusion if name not in (BASELINE, AA) else '–'} | {aw.stopped or '–'} | "
               f"{_f(aw.acceptance, '.2f')} | {_f(aw.mean_accept_len, '.2f')} | {_f(aw.predicted, '.2f')} | "
               f"{_f(ratio, '.2f')} | {_ident(aw)} |")
@@ -375,8 +386,12 @@ def markdown(
       "Student-t 95% interval. The interval is for this task set: its tasks are drawn without replacement in "
       "a random order, so the spread between tasks counts with the finite-population correction (1 − n/N) and "
       "the measurement noise (estimated from the A/A pairs) in full; with every task in, only measurement noise "
-      "is left. For your own traffic, run the bench with your own tasks (`--tasks`). The whole mix weighs every "
-      "workload the same.")
+      "is left. That interval is the one every conclusion and the recommendation use: it says how fast the arm is "
+      "on this task set. *A new task* is the other question: where one more task of the same workload, not in "
+      "the set, may land (a Student-t prediction interval on the per-task log ratios, exp(m ± t·s·√(1 + 1/n)), "
+      "no finite-population correction); it is wide when tasks differ, and a gain confident on the set can still "
+      "be a loss on a task of your own. For your own traffic, run the bench with your own tasks (`--tasks`). The "
+      "whole mix weighs every workload the same.")
     w(f"- **Sequential stopping**: after ≥ {dz.get('min_tasks')} tasks of a workload, an arm stops running it as "
       f"soon as its interval settles the question: wholly below 1.0 (slower), wholly above 1.0 (faster), wholly "
       f"below {1 + float(dz.get('half_width', 0.05)):.2f} (no gain worth deploying), or a half-width within "

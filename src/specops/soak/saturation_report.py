@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,40 @@ def _f(v: Any, nd: int = 1, scale: float = 1.0) -> str:
     return str(v)
 
 
-def render_markdown(data: dict[str, Any]) -> str:
+def meaning(data: dict[str, Any]) -> str:
+    """One sentence for a user: at which N speculation stops paying on this host, and what the deploy should do.
+
+    An N counts as paying only when every block's paired ratio is above 1 (the blocks alternate the arms, so
+    drift cancels); losing, when every block's ratio is below 1; anything else is unsettled."""
+    verdicts: list[tuple[int, str, float | None]] = []
+    for lv in data["levels"]:
+        br = lv.get("block_ratios") or []
+        v = "pays" if br and min(br) > 1 else "loses" if br and max(br) < 1 else "unsettled"
+        verdicts.append((int(lv["level"]), v, lv.get("ratio_geomean")))
+    if not verdicts:
+        return "No level ran: nothing to conclude."
+    figures = ", ".join(f"N={n} {r:.2f}×" if r is not None else f"N={n} –" for n, _v, r in verdicts)
+    paying = [n for n, v, _r in verdicts if v == "pays"]
+    losing = [n for n, v, _r in verdicts if v == "loses"]
+    par = knob("parallel").role_var
+    if len(losing) == len(verdicts):
+        return (f"Speculation loses at every concurrency measured ({figures} of plain decoding's tokens/s): on this "
+                f"host deploy plain decoding (`llama_server_spec_type: none`) whatever `{par}` is.")
+    if len(paying) == len(verdicts):
+        return (f"Speculation pays at every concurrency measured ({figures}): keep it for `{par}` up to "
+                f"{max(paying)}; measure again before going higher.")
+    if paying and losing and max(paying) < min(losing):
+        return (f"Speculation pays up to N={max(paying)} and stops paying from N={min(losing)} ({figures}): deploy "
+                f"it only with `{par}` ≤ {max(paying)}, or plain decoding for more slots.")
+    return (f"Mixed or unsettled ({figures}): no concurrency where speculation pays in every block; deploy plain "
+            "decoding until a longer run settles it.")
+
+
+def render_markdown(data: dict[str, Any], plot_name: str | None = None) -> str:
     plan, setup = data["plan"], data["setup"]
-    out = [f"# Saturation soak {data['run_id']}: {data['verdict'].upper()}\n"]
+    out = [f"# Saturation soak {data['run_id']}: {data['verdict'].upper()}\n", f"**What it means:** {meaning(data)}\n"]
+    if plot_name:
+        out.append(f"![throughput and latency against N]({plot_name})\n")
     if data["problems"]:
         out.append("**Why it failed:**\n")
         out += [f"- {p}" for p in data["problems"]]
@@ -125,12 +157,67 @@ def render_markdown(data: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write(result: SaturationResult, out_dir: str | Path) -> dict[str, Path]:
-    out = Path(out_dir)
+def plot(data: dict[str, Any], path: Path) -> Path:
+    """Total and per-slot tokens/s and total-latency percentiles against N, speculative against plain."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = [int(lv["level"]) for lv in data["levels"]]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for arm, colour in ((SPEC, "tab:orange"), (PLAIN, "tab:blue")):
+        arms = [lv["arms"][arm] for lv in data["levels"]]
+        axes[0].plot(levels, [a["tokens_per_s"] for a in arms], "o-", color=colour, label=arm)
+        per_slot = [a["tokens_per_s"] / n if a["tokens_per_s"] is not None else None for a, n in zip(arms, levels,
+                                                                                                      strict=True)]
+        axes[1].plot(levels, per_slot, "o-", color=colour, label=arm)
+        for q, style in (("p50", "o-"), ("p95", "s--"), ("p99", "^:")):
+            axes[2].plot(levels, [a["total_s"][q] for a in arms], style, color=colour, label=f"{arm} {q}")
+    for ax, title, unit in ((axes[0], "all slots together", "tokens/s"), (axes[1], "per slot", "tokens/s"),
+                            (axes[2], "request latency (total)", "seconds")):
+        ax.set_title(title)
+        ax.set_xlabel("N (clients = --parallel)")
+        ax.set_ylabel(unit)
+        ax.set_xticks(levels)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Saturation soak {data['run_id']}: speculative vs plain")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_data(data: dict[str, Any], out: Path, stem: str) -> dict[str, Path]:
+    """The report from the run's data: ``<stem>.md``, ``.png`` (when matplotlib is installed) and ``.json``."""
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"saturation-{result.run_id}"
-    data = result.to_dict()
     paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md"}
     paths["json"].write_text(json.dumps(data, indent=1, default=str) + "\n")
-    paths["md"].write_text(render_markdown(data))
+    with contextlib.suppress(ImportError):  # matplotlib is the bench extra; the tables say everything without it
+        paths["png"] = plot(data, out / f"{stem}.png")
+    paths["md"].write_text(render_markdown(data, paths["png"].name if "png" in paths else None))
     return paths
+
+
+def write(result: SaturationResult, out_dir: str | Path) -> dict[str, Path]:
+    return write_data(result.to_dict(), Path(out_dir), f"saturation-{result.run_id}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m specops.soak.saturation_report reports/saturation-<id>.json``: rebuild its .md and .png."""
+    import sys
+
+    paths = [Path(a) for a in (argv if argv is not None else sys.argv[1:])]
+    if not paths:
+        sys.stderr.write("usage: python -m specops.soak.saturation_report reports/saturation-<id>.json ...\n")
+        return 2
+    for path in paths:
+        done = write_data(json.loads(path.read_text()), path.parent, path.stem)
+        print(" ".join(str(p) for p in done.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
