@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,30 @@ from specops.server import ServerProcess
 from tests import lab
 
 pytest_plugins = ["tests.labhost_fixture"]
+
+# Tiers (``scripts/test --fast`` runs ``-m fast``; ``scripts/test`` runs both). Every test gets exactly one of
+# the two markers here, so nobody has to remember: ``slow`` when it needs the lab (a built llama-server, a real
+# model, the systemd host), lives outside tests/unit, or is marked ``@pytest.mark.slow`` by hand; ``fast`` otherwise.
+LAB_FIXTURES = frozenset({"llama_build", "smollm", "start_server", "labhost"})
+LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
+
+
+def tier(path: str, fixtures: Iterable[str], markers: Iterable[str]) -> str:
+    """``"slow"`` or ``"fast"`` for a test at ``path`` (relative to the repo root, "/"-separated)."""
+    if LAB_MARKERS.intersection(markers) or LAB_FIXTURES.intersection(fixtures) or not path.startswith("tests/unit/"):
+        return "slow"
+    return "fast"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).resolve().parent.parent
+    for item in items:
+        try:
+            path = item.path.resolve().relative_to(root).as_posix()
+        except ValueError:
+            path = item.path.as_posix()
+        item.add_marker(tier(path, getattr(item, "fixturenames", ()), (m.name for m in item.iter_markers())))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specops.bench.stats import geomean_ratio_ci, mean
+from specops.knobs import knob
 
 DECISIONS = ("fallback", "warn", "fail", "off")
 
@@ -84,7 +85,8 @@ def concurrency_note(parallel: int | None) -> str:
     """What a one-request-at-a-time measurement does not say for a service with several slots."""
     if not parallel or int(parallel) <= 1:
         return ""
-    return (f" Measured one request at a time; this service runs --parallel {int(parallel)}, where several slots "
+    return (f" Measured one request at a time; this service runs {knob('parallel').flag} {int(parallel)}, where "
+            "several slots "
             "share the machine and speculation's gain shrinks: run `specops saturate` on this host "
             "(reports/saturation-*.md) before relying on it.")
 

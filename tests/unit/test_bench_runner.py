@@ -21,6 +21,7 @@ from specops.capabilities import parse_help
 from specops.cli import main
 from tests.unit.synthgguf import write_gguf
 
+pytestmark = pytest.mark.slow(reason="each test runs stand-in llama-server processes for 8-15 s (90 s in all)")
 HERE = Path(__file__).resolve().parent
 HELP = HERE.parents[0] / "fixtures" / "llama-server-0c1e57098" / "llama-server_help.txt"
 

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.exposition import generate_latest
@@ -97,6 +98,7 @@ def test_small_text_parsers(text):
     parse_launch(text.split(" "))
 
 
+@pytest.mark.slow(reason="starts an HTTP server per example: 30 s")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(metrics=metrics_text | st.text(max_size=300),
        slots=st.lists(slot_like, max_size=4).map(json.dumps) | st.text(max_size=50),

@@ -177,7 +177,7 @@ def plot(data: dict[str, Any], path: Path) -> Path:
     for ax, title, unit in ((axes[0], "all slots together", "tokens/s"), (axes[1], "per slot", "tokens/s"),
                             (axes[2], "request latency (total)", "seconds")):
         ax.set_title(title)
-        ax.set_xlabel("N (clients = --parallel)")
+        ax.set_xlabel(f"N (clients = {knob('parallel').flag})")
         ax.set_ylabel(unit)
         ax.set_xticks(levels)
         ax.set_ylim(bottom=0)

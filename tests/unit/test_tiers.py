@@ -1,0 +1,31 @@
+"""Every collected test is in exactly one tier: ``fast`` (``scripts/test --fast``) or ``slow`` (the rest of the
+whole suite). The markers come from tests/conftest.py; this checks what pytest's own ``-m`` selects."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import tier
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_collected_test_is_in_exactly_one_tier() -> None:
+    # both tiers, neither, or a lab test in the fast tier: none may be collected
+    wrong = "(fast and slow) or not (fast or slow) or (fast and (integration or systemd))"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-m", wrong, "tests"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    # exit 5: nothing selected, and at least one test was deselected (so the collection itself worked)
+    assert proc.returncode == 5 and " deselected" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_tier_rule() -> None:
+    assert tier("tests/unit/test_fit.py", ["tmp_path"], ["parametrize"]) == "fast"
+    assert tier("tests/unit/test_units.py", [], ["slow"]) == "slow"                   # marked by hand
+    assert tier("tests/unit/test_x.py", ["tmp_path", "start_server"], []) == "slow"  # needs a llama-server
+    assert tier("tests/unit/test_x.py", ["labhost"], []) == "slow"                   # needs the systemd host
+    assert tier("tests/unit/test_x.py", [], ["integration"]) == "slow"
+    assert tier("tests/integration/test_labhost.py", [], []) == "slow"
+    assert tier("tests/backends/test_cuda.py", [], []) == "slow"
