@@ -265,6 +265,40 @@ def state_counters_backwards_then_nan(mp: pytest.MonkeyPatch) -> Scraper:
     return s
 
 
+def steady(n: int, accepted: int = 8) -> bytes:
+    """The spec capture after ``n`` passes of steady traffic: 10 drafted tokens, ``accepted`` of them accepted,
+    2 verification steps, 25 tokens in 0.5 s per pass."""
+    return metrics_body({ACCEPTED: 835 + accepted * n, DRAFT_TOKENS: 862 + 10 * n, DRAFTS: 108 + 2 * n,
+                         PREDICTED: 957 + 25 * n, PREDICTED_SECONDS: 20 + 0.5 * n})
+
+
+@state
+def state_counters_contradict(mp: pytest.MonkeyPatch) -> Scraper:
+    """Issue 29: accepted tokens rise by 20 a pass, drafted tokens by 10: each pass after the first is refused
+    (an invalid_value error), and no derived figure is exported (it was a clamped 1.0 and a length of 11)."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    s = fake_scraper(f, clock)
+    for n in range(4):
+        f.routes["/metrics"] = Answer(body=steady(n, accepted=20))
+        passes(s, clock)
+    return s
+
+
+@state
+def state_counters_flap_back(mp: pytest.MonkeyPatch) -> Scraper:
+    """Issue 29: a proxy flapping between two servers: A, A, B (lower counters), A, A. The figures are A's own
+    traffic since it came back (0.8, 5, 50 tokens/s), not the jump from B back to A counted as traffic."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    s = fake_scraper(f, clock)
+    server_b = metrics_body({ACCEPTED: 100, DRAFT_TOKENS: 125, DRAFTS: 25, PREDICTED: 300, PREDICTED_SECONDS: 5})
+    for body in (steady(0), steady(1), server_b, steady(3), steady(4)):
+        f.routes["/metrics"] = Answer(body=body)
+        passes(s, clock)
+    return s
+
+
 @state
 def state_window_gone_stale(mp: pytest.MonkeyPatch) -> Scraper:
     """Figures existed, then no pass for longer than twice the window (a stalled exporter): none shown."""

@@ -84,3 +84,74 @@ def test_increase_is_never_negative(values):
         w.observe(float(t), {"c": v})
     inc = w.increase("c")
     assert inc is None or inc >= 0
+
+
+# ---- issue 29: a decrease and the jump back after it -----------------------------------------------------------
+
+def test_a_jump_back_to_the_level_before_a_decrease_starts_a_new_segment():
+    # a proxy flapping between two servers: A, A, B (lower), A again; A's own traffic is +10 a pass
+    w = CounterWindow(600)
+    for t, c in enumerate([1000, 1010]):
+        w.observe(float(t), {"c": c})
+    assert w.observe(2.0, {"c": 50})  # B: went down, the new segment's first point
+    assert w.increase("c") is None
+    assert w.observe(3.0, {"c": 1020})  # A again: not 970 of traffic but the old counters back
+    assert w.increase("c") is None
+    assert not w.observe(4.0, {"c": 1030})
+    assert w.increase("c") == 10
+
+
+def test_after_a_decrease_the_decreased_pass_is_the_baseline():
+    # a restarted server: its own traffic after the restart counts from its first pass
+    w = CounterWindow(600)
+    w.observe(0.0, {"c": 1000, "d": 100})
+    assert w.observe(1.0, {"c": 5, "d": 1})
+    assert not w.observe(2.0, {"c": 15, "d": 3})
+    assert w.increase("c") == 10 and w.increase("d") == 2
+
+
+def test_a_decrease_is_seen_through_a_restart_of_the_window():
+    # A, (a bad pass: the caller restarts the window), B lower, then A again: still a jump back
+    w = CounterWindow(600)
+    w.observe(0.0, {"c": 1000})
+    w.restart()
+    assert w.observe(2.0, {"c": 50})
+    w.restart()
+    assert w.observe(4.0, {"c": 60})  # one point after a restart: a new segment anyway
+    assert w.observe(5.0, {"c": 1040})  # back to A's level: a new segment, not 980 of traffic
+    assert w.increase("c") is None
+    assert not w.observe(6.0, {"c": 1050}) and w.increase("c") == 10
+
+
+def test_the_level_before_a_decrease_is_forgotten_once_reached():
+    w = CounterWindow(600)
+    w.observe(0.0, {"c": 100})
+    w.observe(1.0, {"c": 10})
+    assert w.observe(2.0, {"c": 100})  # reached: one new segment
+    assert not w.observe(3.0, {"c": 120})  # and no more
+    assert w.increase("c") == 20
+
+
+def test_reference_is_the_last_good_pass_of_the_same_counters():
+    w = CounterWindow(600)
+    assert w.reference({"c": 1}) is None
+    w.observe(0.0, {"c": 10})
+    w.restart()  # a bad pass between: the increase is still checked against the last good pass
+    assert w.reference({"c": 12}) == {"c": 10}
+    assert w.reference({"c": 5}) is None  # went down: no increase to check
+    assert w.reference({"c": 12}, reset=True) is None and w.reference({"c": 12}, source="log") is None
+    w.refuse({"c": 40})
+    assert w.reference({"c": 41}) == {"c": 40} and w.increase("c") is None
+
+
+def test_every_level_from_before_a_decrease_is_remembered():
+    # A; a restarted B; B restarted again and growing back past its first life's level; then A comes back
+    w = CounterWindow(600)
+    w.observe(0.0, {"c": 1000})
+    assert w.observe(1.0, {"c": 0})  # level 1000
+    w.observe(2.0, {"c": 5})
+    assert w.observe(3.0, {"c": 0})  # level 5 as well
+    assert w.observe(4.0, {"c": 5})  # 5 reached: one new segment, 1000 still remembered
+    assert not w.observe(5.0, {"c": 9})
+    assert w.observe(6.0, {"c": 1010})  # A is back: not 1001 of traffic
+    assert not w.observe(7.0, {"c": 1020}) and w.increase("c") == 10

@@ -13,9 +13,11 @@ Design (see also roles/exporter/README.md):
   a server restart makes them drop and Prometheus' ``rate()``/``increase()`` treat that as a reset.
 * **Derived figures tell the truth or nothing** (:mod:`~specops.exporter.derived`). The exporter's own
   windowed figures (acceptance ratio, acceptance length, per-position acceptance, decode tokens/s) come
-  from consecutive good passes only: a pass with invalid or partial speculative counters, a counter going
-  backwards or a PID change restarts the window for all of them; shares are clamped to [0, 1]; they are
-  absent while the server is down and without two good passes within twice the window.
+  from consecutive good passes only: a pass with invalid or partial speculative counters, counters that
+  contradict each other (accepted rising faster than drafted, ...: counted as ``invalid_value`` and refused),
+  a counter going backwards, a jump back to the level from before such a decrease, or a PID change restarts
+  the window for all of them; they are absent while the server is down and without two good passes within
+  twice the window.
   ``llamacpp_exporter_last_success_timestamp_seconds`` says when /metrics was last read whole.
 * **Unknown is not off** (:mod:`~specops.exporter.speculation`). Whether the server should speculate is
   on / off / unknown, from its command line first and /slots second (remembered until a restart);
@@ -24,7 +26,8 @@ Design (see also roles/exporter/README.md):
 * **Bad input never kills it.** Every endpoint fetch is bounded (timeout, total deadline, body cap),
   every payload is parsed defensively (``/slots`` against a schema; a cut or duplicated ``/metrics`` body is
   ``kind="invalid"``); failures become ``llamacpp_up 0`` and
-  ``specops_exporter_scrape_errors_total{endpoint,kind}`` and are logged once per state change, or once a
-  minute with a count while an endpoint flaps. Bad settings and a port in use stop it at startup with one
+  ``specops_exporter_scrape_errors_total{endpoint,kind}`` and are logged: every new error kind or message
+  and the start and end (with its duration) of every outage; only repeats of one message are rate-limited, to
+  one summary line a minute with a count. Bad settings and a port in use stop it at startup with one
   line on stderr and exit status 2.
 """

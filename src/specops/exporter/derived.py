@@ -7,10 +7,18 @@ every counter (the issue-13 ratio of 278 came from a window that skipped a bad p
 the other); so does any counter going backwards (:class:`~specops.exporter.window.CounterWindow`). Ratios
 of shares are clamped to [0, 1] by construction, and no figure exists without two good passes within
 twice the window: a stale number while the server is down is worse than none.
+
+**Impossible counters are refused, not clamped** (:func:`contradiction`). Between two passes of one server,
+accepted draft tokens cannot rise more than drafted tokens, verification steps cannot rise more than drafted
+tokens nor stay put while tokens are accepted, and no draft position can be accepted more often than there
+were steps, nor all positions together more often than tokens were accepted. A pass whose increases break one
+of these is counted as an ``invalid_value`` error by the caller and restarts the window without itself: no
+figure is ever computed from it (a clamped 1.0 would hide the lie).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specops.exporter.llama_metrics import PER_POS_NAME, SPEC_KEYS, ServerMetrics
@@ -48,6 +56,35 @@ def pass_values(metrics: ServerMetrics | None, spec: dict[str, float], spec_sour
     return values
 
 
+def contradiction(previous: Mapping[str, float], values: Mapping[str, float], source: str) -> str | None:
+    """Why the counters of this pass cannot follow ``previous`` on one server, or None when they can.
+
+    ``previous`` is the last good pass of the same counters (no counter went down since, even if bad passes came
+    between: the increases then span several intervals, and the same rules hold). The checks on verification
+    steps and draft positions apply to the server's own counters only: the log gives steps rounded from
+    ``mean len``, so they are approximate there.
+    """
+    def rise(key: str) -> float | None:
+        return values[key] - previous.get(key, 0.0) if key in values else None
+
+    accepted, drafted, steps = rise(ACCEPTED), rise(DRAFT_TOKENS), rise(DRAFTS)
+    if accepted is not None and drafted is not None and accepted > drafted:
+        return f"accepted tokens rose by {accepted:g} but drafted tokens only by {drafted:g}"
+    if source != "metrics" or steps is None:
+        return None
+    if drafted is not None and steps > drafted:
+        return f"verification steps rose by {steps:g} but drafted tokens only by {drafted:g}"
+    if accepted and not steps:
+        return f"accepted tokens rose by {accepted:g} without a verification step"
+    positions = {key: r for key in values if key.startswith(_POS) and (r := rise(key)) is not None}
+    over = sorted((int(key.removeprefix(_POS)), r) for key, r in positions.items() if r > steps)
+    if over:
+        return f"draft position {over[0][0]} accepted {over[0][1]:g} times in {steps:g} verification steps"
+    if accepted is not None and sum(positions.values()) > accepted:
+        return f"accepted tokens by position rose by {sum(positions.values()):g} but accepted tokens by {accepted:g}"
+    return None
+
+
 def _share(n: float | None) -> float | None:
     return None if n is None else min(1.0, max(0.0, n))
 
@@ -58,11 +95,21 @@ class DerivedSeries:
     def __init__(self, window_seconds: float) -> None:
         self.window = CounterWindow(window_seconds)
 
-    def update(self, now: float, values: dict[str, float] | None, source: str, restarted: bool) -> WindowFigures:
+    def update(self, now: float, values: dict[str, float] | None, source: str,
+               restarted: bool) -> tuple[WindowFigures, str | None]:
+        """The figures after this pass, and why the pass was refused (None: it was not)."""
         if values is None:
             self.window.restart()
-            return WindowFigures()
+            return WindowFigures(), None
+        previous = self.window.reference(values, source, reset=restarted)
+        problem = contradiction(previous, values, source) if previous is not None else None
+        if problem is not None:
+            self.window.refuse(values, source)
+            return WindowFigures(), problem
         self.window.observe(now, values, source, reset=restarted)
+        return self._figures(now, values), None
+
+    def _figures(self, now: float, values: dict[str, float]) -> WindowFigures:
         valid_until = self.window.live_until()
         if valid_until < now:
             return WindowFigures()

@@ -29,6 +29,7 @@ __all__ = ["COUNTERS", "GAUGES", "PER_POS_HELP", "PER_POS_NAME", "SPEC_KEYS", "S
 # The servers' *_tokens_seconds gauges are not re-exposed (llama-server resets them on every GET; TabbyAPI's
 # is a lifetime average): rates come from the counters. Names not mapped by the engine are ignored.
 MAX_POSITIONS = 64
+MAX_EXAMPLES = 3
 
 
 @dataclass
@@ -39,6 +40,7 @@ class ServerMetrics:
     bad_lines: int = 0
     invalid_values: int = 0
     invalid_names: set[str] = field(default_factory=set)  # exported names whose value was dropped
+    invalid_examples: list[str] = field(default_factory=list)  # the first few dropped samples, for the log
     truncated: bool = False
     duplicates: int = 0  # samples whose name and labels were already seen
     spec_keys: tuple[str, ...] = SPEC_KEYS  # the speculative counters the engine gives (all or none count)
@@ -111,6 +113,7 @@ def parse_server_metrics(text: str, engine: Engine = LLAMA) -> ServerMetrics:
         if not valid:
             out.invalid_values += 1
             out.invalid_names.add(_exported_name(engine, s.name))
+            _example(out, s)
             continue
         if s.name in engine.counters:
             out.counters[engine.counters[s.name]] = value
@@ -123,4 +126,11 @@ def parse_server_metrics(text: str, engine: Engine = LLAMA) -> ServerMetrics:
             else:
                 out.invalid_values += 1
                 out.invalid_names.add(PER_POS_NAME)
+                _example(out, s)
     return out
+
+
+def _example(out: ServerMetrics, s: Sample) -> None:
+    if len(out.invalid_examples) < MAX_EXAMPLES:
+        labels = ",".join(f'{k}="{v[:20]}"' for k, v in sorted(s.labels.items()))
+        out.invalid_examples.append(f"{s.name}{{{labels}}} {s.value}" if labels else f"{s.name} {s.value}")

@@ -1,4 +1,5 @@
-"""The exporter's own health: scrape durations and errors per endpoint and kind; state changes logged, throttled."""
+"""The exporter's own health: scrape durations and errors per endpoint and kind; state changes logged (repeats
+rate-limited, outages never hidden: :mod:`specops.exporter.statelog`)."""
 
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ class Histogram:
 
 
 class SelfMetrics:
-    """Thread-safe counters and histograms; ``condition()`` logs an endpoint's state changes (throttled when it
-    flaps: see :mod:`specops.exporter.statelog`)."""
+    """Thread-safe counters and histograms; ``condition()`` logs an endpoint's state changes (repeats of one
+    message rate-limited, new errors and the start and end of an outage always: :mod:`specops.exporter.statelog`)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock

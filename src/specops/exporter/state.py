@@ -134,6 +134,7 @@ class Scraper:
         self._build_read_for: tuple[int, float] | str | None = "never"
         self._gpu: tuple[GpuProcessMemory, ...] | None = None
         self._gpu_due = 0.0
+        self._metrics_clean = False
 
     @property
     def snapshot(self) -> Snapshot:
@@ -169,6 +170,9 @@ class Scraper:
         return False
 
     def _metrics(self) -> ServerMetrics | None:
+        """The parsed body, or None when it is unusable; ``_metrics_clean`` says whether no error was counted
+        for it (the pass reports ``ok`` only after the derived series have checked its counters too)."""
+        self._metrics_clean = False
         try:
             text = self._get("metrics", "/metrics").text()
         except FetchError as exc:
@@ -187,10 +191,10 @@ class Scraper:
         if parsed.bad_lines:
             self.selfm.error("metrics", "parse", f"/metrics: {parsed.bad_lines} unparseable line(s)")
         elif parsed.invalid_values:
-            self.selfm.error("metrics", "invalid_value",
-                             f"/metrics: {parsed.invalid_values} NaN/negative value(s)")
+            self.selfm.error("metrics", "invalid_value", f"/metrics: {parsed.invalid_values} NaN, infinite or "
+                             f"negative value(s): {', '.join(parsed.invalid_examples)}")
         else:
-            self.selfm.ok("metrics")
+            self._metrics_clean = True
         return parsed
 
     def _slots(self) -> SlotsSummary | None:
@@ -332,7 +336,12 @@ class Scraper:
             speculation=self.speculation.update(self._launch, slots, restarted), last_success=self._last_success,
         )
         values = pass_values(snap.metrics, snap.spec_counters(), spec_source)
-        snap = replace(snap, window=self.derived.update(now, values, spec_source, restarted))
+        window, refused = self.derived.update(now, values, spec_source, restarted)
+        snap = replace(snap, window=window)
+        if refused is not None:  # counters that contradict each other: counted, and no figure from them
+            self.selfm.error("metrics", "invalid_value", f"/metrics: counters contradict each other: {refused}")
+        elif self._metrics_clean:
+            self.selfm.ok("metrics")
         with self.selfm._lock:
             self.selfm.cycles += 1
         with self._snap_lock:
