@@ -8,6 +8,7 @@ from specops.bench.ceiling import (
     Numerics,
     batch_times,
     cost_at,
+    draft_cost_ratio,
     llama_bench_argv,
     perfect_ceiling,
     predict,
@@ -73,3 +74,15 @@ def test_batch_times_take_the_median_of_the_samples() -> None:
         {"n_prompt": 2, "n_gen": 0, "avg_ns": 80_000_000, "samples_ns": [79_000_000, 81_000_000]},
     ]
     assert batch_times(recs) == {1: 0.052, 2: 0.08}
+
+
+def test_a_draft_that_is_the_target_file_costs_one_target_step_by_identity() -> None:
+    """Self-speculation: timing the same file twice, one run after the other, measured the machine's drift (r 0.48
+    under a neighbour's load, and the arm escaped pruning); the ceiling now takes r = 1 without timing it."""
+    tgt = {"batch_s": {1: 0.05, 2: 0.07}, "relative": {1: 1.0, 2: 1.4}}
+    ceiling = {"target": {"default": tgt}, "draft_step_s": {"self": 0.05, "small": 0.02},
+               "draft": {"self": {**tgt, "same_as_target": True},
+                         "small": {"batch_s": {1: 0.02}, "relative": {1: 1.0}}},
+               "target_step_after_drafts_s": 0.03}
+    assert draft_cost_ratio(ceiling, "self") == 1.0
+    assert draft_cost_ratio(ceiling, "small") == 0.02 / 0.04  # bracketed by the target step timed again

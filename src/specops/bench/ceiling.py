@@ -264,13 +264,21 @@ def measure(
     dks = tuple(k for k in ks if k <= draft_k_max) or (1,)
     out["draft"] = {}
     for name, path in drafts.items():
+        if Path(path).resolve() == Path(target).resolve() and "default" in out["target"]:
+            # self-speculation: the draft *is* the target, its step costs one target step by identity; timing it
+            # again one run later would only measure the machine's drift (a neighbour's load halved it once)
+            same = out["target"]["default"]
+            out["draft_step_s"][name] = same["batch_s"][1]
+            out["draft"][name] = {"batch_s": same["batch_s"], "relative": same["relative"], "same_as_target": True}
+            progress(f"ceiling: draft {name} is the target file itself: r = 1 by identity")
+            continue
         argv = llama_bench_argv(bench_bin, path, dks, depth, reps, threads, default)
         progress(f"ceiling: llama-bench draft {name} (k={','.join(map(str, dks))}, depth {depth})")
         times = batch_times(run_llama_bench(argv))
         out["draft_step_s"][name] = times[1]
         out["draft"][name] = {"batch_s": times, "relative": relative_cost(times)}
         out["argv"][f"draft:{name}"] = argv
-    if drafts and "default" in out["target"]:
+    if any(not d.get("same_as_target") for d in out["draft"].values()) and "default" in out["target"]:
         argv = llama_bench_argv(bench_bin, target, (1,), depth, reps, threads, default)
         progress("ceiling: llama-bench target again (one step, brackets the draft's)")
         again = batch_times(run_llama_bench(argv))[1]
@@ -282,6 +290,8 @@ def draft_cost_ratio(ceiling: Mapping[str, Any], draft: str | None, numerics: st
     """Draft step / target step (0 for n-gram arms, which have no draft model)."""
     if draft is None:
         return 0.0
+    if ((ceiling.get("draft") or {}).get(draft) or {}).get("same_as_target"):
+        return 1.0  # the draft is the target file: one target step by identity
     step = ceiling.get("draft_step_s", {}).get(draft)
     tgt = ceiling.get("target", {}).get(numerics) or ceiling.get("target", {}).get("default")
     if step is None or not tgt:
