@@ -1,16 +1,8 @@
 #!/usr/bin/env bash
 # Lab equipment (not shipped): the follow-up GPU run after the FlashAttention K-V fix in specops.buildopts
 # (GGML_CUDA_FA_QUANTS now holds the deployed f16-q8_0 pair). Same layout as run.sh; results in /tmp/g/out.
-set -u
-G=${G:-/tmp/g}
-OUT=$G/out
-REPO=$(pwd)
-mkdir -p "$OUT" "$G/models"
-py() { PYTHONPATH="$REPO/src:$SRC/gguf-py" PYTHONUNBUFFERED=1 python3 "$@"; }
-stamp() { echo "[$(date +%H:%M:%S)] $*"; }
-tar xzf .gpu/llama-src.tgz -C "$G"
-SRC=$G/llama.cpp-0c1e57098
-CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+# shellcheck source=scripts/gpu/env.sh
+. scripts/gpu/env.sh
 ( for s in 0.5b 14b; do
     py "$REPO/scripts/gpu/synth_gguf.py" --shape "qwen2.5-$s" --vocab .gpu/ggml-vocab-qwen2.gguf "$G/models/$s.gguf"
   done; touch "$G/models/done" ) > "$OUT/synth.log" 2>&1 &

@@ -4,22 +4,14 @@
 # Needs in .gpu/ (carried, git-ignored): llama-src.tgz (the pinned source tree, docs/models/tests stripped),
 # ggml-vocab-qwen2.gguf (llama.cpp's vocab-only file) and pair-acceptance.json (measured on the CPU host).
 # Results land in /tmp/g/out as they are measured; scripts/gpu/collect packs them.
-set -u
-G=${G:-/tmp/g}
-OUT=$G/out
-REPO=$(pwd)
-mkdir -p "$OUT" "$G/models"
-py() { PYTHONPATH="$REPO/src:$SRC/gguf-py" PYTHONUNBUFFERED=1 python3 "$@"; }
-stamp() { echo "[$(date +%H:%M:%S)] $*"; }
+# shellcheck source=scripts/gpu/env.sh
+. scripts/gpu/env.sh
 
 stamp "host: $(nproc) cpus, $(free -g | awk '/Mem/ {print $2}') GiB"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.csv"
 nvcc --version | tail -2
-tar xzf .gpu/llama-src.tgz -C "$G"
-SRC=$G/llama.cpp-0c1e57098
 
 # cuBLAS: the toolkit's, else the nvidia-cublas wheel's (unversioned links made in a dir of our own)
-CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
 extra=()
 if ! ls "$CUDA_HOME"/lib64/libcublas.so "$CUDA_HOME"/targets/*/lib/libcublas.so >/dev/null 2>&1; then
   lib=$(find / -xdev -name 'libcublas.so.*' -path '*nvidia*' 2>/dev/null | head -1)

@@ -28,6 +28,9 @@ ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 DRAFTS = "llamacpp:spec_decode_num_drafts_total"
 PREDICTED = "llamacpp:tokens_predicted_total"
 PREDICTED_SECONDS = "llamacpp:tokens_predicted_seconds_total"
+# the exporter's derived series (ratios of counter deltas over one window): what a refused pass must not export
+DERIVED = ("llamacpp_spec_acceptance_ratio", "llamacpp_spec_mean_acceptance_length",
+           "llamacpp_decode_tokens_per_second", "llamacpp_spec_acceptance_by_position_ratio")
 WALL_EPOCH = 1_760_000_000.0  # the fake wall clock: this + the fake monotonic time
 
 

@@ -23,6 +23,7 @@ from specops.exporter.derived import WindowFigures, contradiction
 from specops.exporter.state import Scraper
 from tests.unit.fake_llama_fetcher import (
     ACCEPTED,
+    DERIVED,
     DRAFT_TOKENS,
     DRAFTS,
     PREDICTED,
@@ -36,8 +37,6 @@ from tests.unit.fake_llama_fetcher import (
     metrics_body,
 )
 
-DERIVED = ("llamacpp_spec_acceptance_ratio", "llamacpp_spec_mean_acceptance_length",
-           "llamacpp_decode_tokens_per_second", "llamacpp_spec_acceptance_by_position_ratio")
 POS = 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="%d"}'
 ALL_DOWN = ("/health", "/metrics", "/slots", "/props")
 

@@ -32,6 +32,7 @@ from specops.server import free_port
 from tests.unit.fake_llama_fetcher import (
     ACCEPTED,
     CAP,
+    DERIVED,
     DRAFT_TOKENS,
     DRAFTS,
     PREDICTED,
@@ -46,8 +47,6 @@ from tests.unit.fake_llama_fetcher import (
 )
 from tests.unit.test_exporter_faults import FaultServer, Reply
 
-DERIVED = ("llamacpp_spec_acceptance_ratio", "llamacpp_spec_mean_acceptance_length",
-           "llamacpp_decode_tokens_per_second", "llamacpp_spec_acceptance_by_position_ratio")
 INFO = "llamacpp_server_info"  # the family name as the text parser reads it back
 
 

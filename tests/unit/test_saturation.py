@@ -124,7 +124,8 @@ def test_server_acceptance_from_its_own_log_lines(tmp_path: Path):
                                                                 1: {"accepted": 5, "drafted": 10}}
 
 
-def test_report_has_an_ab_row_per_level_and_a_row_per_slot_and_arm():
+def two_level_result() -> SaturationResult:
+    """A finished run at N = 1 and 2, both arms healthy, speculative at 0.9× of plain in every block."""
     levels = []
     for n in (1, 2):
         arms = arms_ok(n)
@@ -132,10 +133,14 @@ def test_report_has_an_ab_row_per_level_and_a_row_per_slot_and_arm():
             a.update(kv_per_slot_bytes=2**20, server_acceptance={}, restarts=0, start_errors=[])
         levels.append({"level": n, "arms": arms, "block_ratios": [0.9], "ratio": 0.9, "ratio_geomean": 0.9,
                        "problems": []})
-    result = SaturationResult(run_id="t", started_at="a", ended_at="b", duration_s=60.0,
-                              plan={"levels": [1, 2], "phase": 6.0, "duration": 24.0, "blocks": 2, "faults": [],
-                                    "fault_every": 2, "fault_at": 0.3, "max_tokens": 12},
-                              setup={}, levels=levels, phases=[], problems=[])
+    return SaturationResult(run_id="t", started_at="a", ended_at="b", duration_s=60.0,
+                            plan={"levels": [1, 2], "phase": 6.0, "duration": 24.0, "blocks": 2, "faults": [],
+                                  "fault_every": 2, "fault_at": 0.3, "max_tokens": 12},
+                            setup={}, levels=levels, phases=[], problems=[])
+
+
+def test_report_has_an_ab_row_per_level_and_a_row_per_slot_and_arm():
+    result = two_level_result()
     md = render_markdown(result.to_dict())
     assert md.startswith("# Saturation soak t: PASS")
     assert "| 1 | 1.0 | 1.0 | 0.90× | 0.90× [0.90–0.90] |" in md
@@ -164,17 +169,7 @@ def test_the_report_says_in_one_sentence_where_speculation_stops_paying():
 
 def test_the_report_is_rebuilt_from_its_json_with_a_plot(tmp_path: Path):
     pytest.importorskip("matplotlib")
-    levels = []
-    for n in (1, 2):
-        arms = arms_ok(n)
-        for a in arms.values():
-            a.update(kv_per_slot_bytes=2**20, server_acceptance={}, restarts=0, start_errors=[])
-        levels.append({"level": n, "arms": arms, "block_ratios": [0.9], "ratio": 0.9, "ratio_geomean": 0.9,
-                       "problems": []})
-    result = SaturationResult(run_id="t", started_at="a", ended_at="b", duration_s=60.0,
-                              plan={"levels": [1, 2], "phase": 6.0, "duration": 24.0, "blocks": 2, "faults": [],
-                                    "fault_every": 2, "fault_at": 0.3, "max_tokens": 12},
-                              setup={}, levels=levels, phases=[], problems=[])
+    result = two_level_result()
     paths = write(result, tmp_path)
     assert paths["png"].stat().st_size > 10_000
     md = paths["md"].read_text()
