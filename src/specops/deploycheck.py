@@ -41,6 +41,10 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "llama_server_restart_sec": (0, None),
     "llama_server_start_limit_burst": (1, None),
     "llama_server_speed_gate_tokens": (16, None),
+    "llama_server_speed_gate_idle_timeout": (1, None),
+    "llama_server_speed_gate_max_spread": (1, None),
+    "llama_server_drain_timeout": (0, None),
+    "llama_server_stop_timeout": (1, None),
 }
 
 # paths that reach a unit file or the host: absolute and representable ("" = not set, where allowed)

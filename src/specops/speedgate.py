@@ -7,7 +7,11 @@ speed ratio per prompt (speculative ÷ plain, server-side ``predicted_per_second
 with a 95% interval, and the decision the role acts on:
 
 * ``pays``: the ratio reaches ``min_ratio`` (default 1.0): keep speculation;
-* ``loses``: it does not: ``fallback`` (serve plain decoding), ``warn`` or ``fail``, as the operator chose.
+* ``loses``: it does not: ``fallback`` (serve plain decoding), ``warn`` or ``fail``, as the operator chose;
+* ``unproven``: the measurement cannot carry a verdict: fewer than two prompts measured without other requests
+  on the servers (the probe discards a pair during which a client's request ran and gives up at its idle
+  deadline), or a 95% interval wider than ``max_spread`` (its high ÷ its low). The role then keeps the
+  configuration already proven on the host (or plain decoding where none is) and says so with the figures.
 
 From the same answers it derives the acceptance at which speculation would break even on this host (for
 draft-model types, where every round drafts ``n_max`` tokens): one round costs ``C`` plain decode steps
@@ -25,6 +29,8 @@ from specops.bench.stats import geomean_ratio_ci, mean
 from specops.knobs import knob
 
 DECISIONS = ("fallback", "warn", "fail", "off")
+VERDICTS = ("pays", "loses", "unproven")
+MIN_PROMPTS = 2
 
 
 class SpeedGateError(ValueError):
@@ -40,35 +46,63 @@ def _rates(requests: list[Mapping[str, Any]], url: str) -> dict[int, float]:
     return out
 
 
+def _contention(*probes: Mapping[str, Any]) -> tuple[int, str, bool]:
+    """Pairs the probes discarded for other requests, why they stopped early (or ""), /slots unreadable."""
+    seen: list[int] = []
+    gave_up, blind = "", False
+    for probe in {id(p): p for p in probes}.values():
+        seen.append(len(probe.get("contended") or []))
+        gave_up = gave_up or str(probe.get("gave_up") or "")
+        blind = blind or bool(probe.get("slots_unavailable"))
+    return sum(seen), gave_up, blind
+
+
 def judge(spec: Mapping[str, Any], plain: Mapping[str, Any], spec_url: str, plain_url: str,
-          min_ratio: float = 1.0, draft_n_max: int | None = None, mode: str = "side by side") -> dict[str, Any]:
+          min_ratio: float = 1.0, draft_n_max: int | None = None, mode: str = "side by side",
+          max_spread: float = 1.5) -> dict[str, Any]:
     """Judge probe output (``spec`` and ``plain`` may be the same side-by-side run, or two sequential runs)."""
     s = _rates(list(spec.get("requests", [])), spec_url)
     p = _rates(list(plain.get("requests", [])), plain_url)
     common = sorted(set(s) & set(p))
-    if not common:
+    contended, gave_up, blind = _contention(spec, plain)
+    if not common and not gave_up:
         raise SpeedGateError(f"the speed probe has no prompt answered by both {spec_url} and {plain_url}")
-    iv = geomean_ratio_ci([s[i] / p[i] for i in common])
-    spec_tps, plain_tps = mean([s[i] for i in common]), mean([p[i] for i in common])
-    drafted = sum(int(r.get("draft_n") or 0) for r in spec.get("requests", []) if r.get("url") == spec_url)
-    accepted = sum(int(r.get("draft_n_accepted") or 0) for r in spec.get("requests", []) if r.get("url") == spec_url)
-    n_tokens = sum(int(r.get("predicted_n") or 0) for r in spec.get("requests", []) if r.get("url") == spec_url)
-    out: dict[str, Any] = {
-        "mode": mode,
-        "prompts": len(common),
-        "speculative_tps": round(spec_tps, 3),
-        "plain_tps": round(plain_tps, 3),
-        "ratio": round(iv.estimate, 4),
-        "ratio_low": round(iv.low, 4) if iv.low is not None else None,
-        "ratio_high": round(iv.high, 4) if iv.high is not None else None,
-        "min_ratio": min_ratio,
-        "drafted": drafted,
-        "accepted": accepted,
-        "acceptance": round(accepted / drafted, 4) if drafted else None,
-        "break_even_acceptance": break_even(n_tokens, drafted, accepted, iv.estimate, draft_n_max),
-    }
-    out["verdict"] = "pays" if iv.estimate >= min_ratio else "loses"
+    out: dict[str, Any] = {"mode": mode, "prompts": len(common), "contended": contended, "min_ratio": min_ratio,
+                           "max_spread": max_spread}
+    if common:
+        iv = geomean_ratio_ci([s[i] / p[i] for i in common])
+        spec_reqs = [r for r in spec.get("requests", []) if r.get("url") == spec_url and int(r["prompt"]) in common]
+        drafted = sum(int(r.get("draft_n") or 0) for r in spec_reqs)
+        accepted = sum(int(r.get("draft_n_accepted") or 0) for r in spec_reqs)
+        n_tokens = sum(int(r.get("predicted_n") or 0) for r in spec_reqs)
+        out.update({
+            "speculative_tps": round(mean([s[i] for i in common]), 3),
+            "plain_tps": round(mean([p[i] for i in common]), 3),
+            "ratio": round(iv.estimate, 4),
+            "ratio_low": round(iv.low, 4) if iv.low is not None else None,
+            "ratio_high": round(iv.high, 4) if iv.high is not None else None,
+            "drafted": drafted,
+            "accepted": accepted,
+            "acceptance": round(accepted / drafted, 4) if drafted else None,
+            "break_even_acceptance": break_even(n_tokens, drafted, accepted, iv.estimate, draft_n_max),
+        })
+    out["verdict"], out["unproven_because"] = _verdict(out, min_ratio, max_spread, gave_up, blind)
     return out
+
+
+def _verdict(out: Mapping[str, Any], min_ratio: float, max_spread: float, gave_up: str,
+             blind: bool) -> tuple[str, str]:
+    if blind:
+        return "unproven", "the servers' /slots did not answer, so other requests could not be ruled out"
+    if out["prompts"] < MIN_PROMPTS:
+        why = f"{out['prompts']} prompt(s) measured without other requests on the servers, {MIN_PROMPTS} needed"
+        return "unproven", f"{why} ({gave_up})" if gave_up else why
+    lo, hi = out.get("ratio_low"), out.get("ratio_high")
+    if lo is None or hi is None or lo <= 0 or hi / lo > max_spread:
+        spread = f"{hi / lo:.2f}" if lo and hi else "unbounded"
+        return "unproven", (f"the 95% interval is too wide for a verdict (high ÷ low = {spread}, at most "
+                            f"{max_spread:g} allowed: llama_server_speed_gate_max_spread)")
+    return ("pays" if out["ratio"] >= min_ratio else "loses"), ""
 
 
 def break_even(n_tokens: int, drafted: int, accepted: int, ratio: float, n_max: int | None) -> float | None:
@@ -95,8 +129,14 @@ def message(result: Mapping[str, Any], action: str, service: str, parallel: int 
     """The line the deploy prints."""
     lo, hi = result.get("ratio_low"), result.get("ratio_high")
     ci = f" [{lo:.2f}–{hi:.2f}]" if lo is not None and hi is not None else ""
-    head = (f"speculative {result['speculative_tps']:.1f} tok/s vs plain {result['plain_tps']:.1f} tok/s "
-            f"({result['ratio']:.2f}×{ci}, {result['prompts']} prompts, {result['mode']})")
+    dropped = f", {result['contended']} discarded: other requests ran" if result.get("contended") else ""
+    if result.get("ratio") is not None:
+        head = (f"speculative {result['speculative_tps']:.1f} tok/s vs plain {result['plain_tps']:.1f} tok/s "
+                f"({result['ratio']:.2f}×{ci}, {result['prompts']} prompts, {result['mode']}{dropped})")
+    else:
+        head = f"no prompt measured without other requests on the servers ({result['mode']}{dropped})"
+    if result["verdict"] == "unproven":
+        return f"{head}: UNPROVEN — {result['unproven_because']}; {unproven_action(action, service)}"
     if result["verdict"] == "pays":
         return f"{head}: speculation pays on this host; {service} keeps it.{concurrency_note(parallel)}"
     todo = ("run `specops bench` on this host to find a setting that pays (reports/speculative_benchmark.md), "
@@ -107,6 +147,18 @@ def message(result: Mapping[str, Any], action: str, service: str, parallel: int 
     if action == "warn":
         return f"{head}: SPECULATION LOSES on this host — kept as configured (llama_server_speed_gate=warn); {todo}."
     return f"{head}: SPECULATION LOSES on this host (llama_server_speed_gate=fail); {todo}."
+
+
+def unproven_action(action: str, service: str) -> str:
+    """What the role does with an unproven verdict (see roles/llama_server/tasks/speedgate.yml)."""
+    again = ("measure again when the host is quiet (llama_server_speed_gate_refresh=true), or run `specops bench` "
+             "in a maintenance window")
+    if action == "fallback":
+        return (f"{service} keeps the configuration already proven on this host (plain decoding where none "
+                f"is); {again}.")
+    if action == "warn":
+        return f"{service} kept as configured (llama_server_speed_gate=warn); {again}."
+    return f"the deploy fails (llama_server_speed_gate=fail); {again}."
 
 
 SIDE_BY_SIDE, ONE_AFTER_THE_OTHER = "side by side", "one after the other"

@@ -126,3 +126,34 @@ def test_exporter_file_follows_changes_and_drops_a_broken_file(tmp_path: Path) -
     path.unlink()
     assert f.read() is None
     assert SpeedGateFile(None).read() is None
+
+
+def test_an_interval_wider_than_the_bound_is_unproven_not_a_verdict() -> None:
+    # the live-host report: 4.68× [1.51–14.50] measured while a client streamed on the service
+    p = probe({SPEC: [16.0, 17.0, 16.5, 16.4], PLAIN: [1.2, 9.0, 2.5, 5.0]})
+    r = judge(p, p, SPEC, PLAIN)
+    assert r["verdict"] == "unproven" and "too wide" in r["unproven_because"]
+    assert "llama_server_speed_gate_max_spread" in r["unproven_because"]
+    line = message(r, "fallback", "svc")
+    assert "UNPROVEN" in line and "keeps the configuration already proven" in line
+    assert "kept as configured" in message(r, "warn", "svc") and "deploy fails" in message(r, "fail", "svc")
+    assert judge(p, p, SPEC, PLAIN, max_spread=100)["verdict"] == "pays"
+
+
+def test_too_few_clean_prompts_or_blind_slots_are_unproven() -> None:
+    p = probe({SPEC: [6.0], PLAIN: [12.0]})
+    p["contended"] = [{"prompt": 1, "attempt": 0, "other_requests": {SPEC: 1}}]
+    p["gave_up"] = "the servers were not idle of other requests within 120 s (prompt 2 of 4)"
+    r = judge(p, p, SPEC, PLAIN)
+    assert r["verdict"] == "unproven" and r["prompts"] == 1 and r["contended"] == 1
+    assert "not idle" in r["unproven_because"]
+    assert "1 discarded: other requests ran" in message(r, "fallback", "svc")
+    q = probe({SPEC: [6.0, 6.1, 5.9], PLAIN: [12.0, 12.1, 11.9]})
+    q["slots_unavailable"] = True
+    assert judge(q, q, SPEC, PLAIN)["verdict"] == "unproven"
+
+
+def test_idle_verdicts_stand_on_narrow_intervals() -> None:
+    p = probe({SPEC: [6.0, 6.3, 5.8, 6.1], PLAIN: [12.0, 12.2, 11.9, 12.1]})
+    r = judge(p, p, SPEC, PLAIN)
+    assert r["verdict"] == "loses" and r["ratio_high"] / r["ratio_low"] < 1.5

@@ -7,11 +7,25 @@ next, and so on, so a machine that slows or speeds up during the probe affects b
 sent twice to one server (n-gram speculation would find the first answer in its pool and look faster).
 With one URL it measures that server alone (the one-after-the-other mode, for hosts whose memory holds one
 copy of the target).
+
+Traffic is no side-by-side comparison: a client's request on one server takes the CPU from the other. So a
+pair is measured only when no server has a request of anyone else's: before each pair the probe waits for
+every server's slots to be idle, and while a request is measured it watches every server's /slots (each
+``--watch-interval`` seconds); a pair during which another request ran is discarded ("contended") and its
+prompt tried again in other words. Waiting and retrying stop at ``--idle-timeout`` seconds: what was measured
+clean by then is all the judge gets (too little is "unproven", never a verdict).
+
+With ``--max-spread`` the probe keeps measuring (the prompts again, in other words; at most twice as many
+pairs more, within the same ``--idle-timeout``) while the 95% interval of the speed ratio is wider than that --
+a noisy host gets more samples rather than a verdict of chance. The controller judges all clean pairs.
 """
 
 import argparse
 import json
+import math
+import statistics
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +51,78 @@ def wait_healthy(url: str, headers: dict, deadline: float) -> None:
         time.sleep(0.5)
 
 
+def busy_slots(url: str, headers: dict) -> int | None:
+    """How many of the server's slots are processing a request; None when /slots does not answer."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + "/slots", headers=headers), timeout=5) as r:
+            slots = json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    if not isinstance(slots, list):
+        return None
+    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+
+
+class Watch:
+    """Polls every server's /slots while one request is measured; ``foreign`` counts what it saw that was
+    not ours: more than our one request on the measured server, any request on another one."""
+
+    def __init__(self, urls: list[str], measured: str, headers: dict, interval: float) -> None:
+        self.urls, self.measured, self.headers, self.interval = urls, measured, headers, interval
+        self.foreign: dict[str, int] = {}
+        self.blind = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for url in self.urls:
+                busy = busy_slots(url, self.headers)
+                if busy is None:
+                    self.blind = True
+                    continue
+                extra = busy - (1 if url == self.measured else 0)
+                if extra > 0:
+                    self.foreign[url] = max(self.foreign.get(url, 0), extra)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "Watch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def wait_idle(urls: list[str], headers: dict, deadline: float, interval: float) -> bool:
+    """True once no server has a request in flight (at one look at all of them); False at the deadline."""
+    while time.monotonic() < deadline:
+        if all(busy_slots(url, headers) in (0, None) for url in urls):
+            return True
+        time.sleep(interval)
+    return False
+
+
+def spread(requests: list[dict], urls: list[str]) -> float:
+    """high ÷ low of the 95% t-interval of the per-prompt speed ratio (first URL ÷ second), as the judge
+    computes it (geometric mean, t on the logarithms; t from a Cornish-Fisher expansion); inf below 3 pairs."""
+    rates: dict[tuple[str, int], float] = {(r["url"], r["prompt"]): r["predicted_per_second"] or 0.0
+                                           for r in requests}
+    logs = [math.log(rates[(urls[0], i)] / rates[(urls[1], i)]) for (u, i) in rates
+            if u == urls[0] and rates.get((urls[1], i), 0) > 0 and rates[(u, i)] > 0]
+    if len(logs) < 3:
+        return math.inf
+    z, df = 1.959964, len(logs) - 1
+    t = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    return math.exp(2 * t * statistics.stdev(logs) / math.sqrt(len(logs)))
+
+
+def variant(prompt: str, attempt: int) -> str:
+    """The prompt, said again in other words for a retry (a server never sees the same prompt twice)."""
+    return prompt if attempt == 0 else f"{prompt}\n\n(Attempt {attempt + 1}: answer afresh.)"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", action="append", required=True, help="server to probe (one or two)")
@@ -44,6 +130,13 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--api-key-file")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--idle-timeout", type=float, default=120,
+                    help="seconds to spend waiting for idle servers and retrying contended pairs")
+    ap.add_argument("--watch", action="append", default=[],
+                    help="another server whose requests count as contention (the service, when measured alone)")
+    ap.add_argument("--watch-interval", type=float, default=0.2)
+    ap.add_argument("--max-spread", type=float, default=0.0,
+                    help="with two servers: measure more pairs while the interval's high ÷ low exceeds this")
     args = ap.parse_args()
     headers = {}
     if args.api_key_file:
@@ -54,23 +147,54 @@ def main() -> int:
     deadline = time.monotonic() + args.timeout
     for url in args.url:
         wait_healthy(url, headers, deadline)
-    out = {"urls": args.url, "tokens": args.tokens, "requests": []}
+    watched = list(dict.fromkeys(args.url + args.watch))
+    out: dict = {"urls": args.url, "tokens": args.tokens, "requests": [], "contended": [], "idle_waited_s": 0.0,
+                 "slots_unavailable": False, "gave_up": ""}
     body = {"n_predict": 16, "temperature": 0.0, "seed": 42, "cache_prompt": False}
     for url in args.url:  # warm-up: first requests after a start are slow
         post(url + "/completion", {**body, "prompt": "Warm-up."}, headers, args.timeout)
-    for i, prompt in enumerate(prompts):
+    idle_deadline = time.monotonic() + args.idle_timeout
+    extra = 2 * len(prompts) if args.max_spread > 1 and len(args.url) == 2 else 0
+    for i in range(len(prompts) + extra):
+        if i >= len(prompts) and (spread(out["requests"], args.url) <= 0.9 * args.max_spread
+                                  or time.monotonic() > idle_deadline):
+            break
+        # beyond the list: its prompts again, in other words (never the same text twice to a server)
+        prompt, attempt = prompts[i % len(prompts)], 100 * (i // len(prompts))
         order = list(args.url) if i % 2 == 0 else list(reversed(args.url))
-        for url in order:
-            t0 = time.monotonic()
-            res = post(url + "/v1/chat/completions", {
-                "messages": [{"role": "user", "content": prompt}], "max_tokens": args.tokens,
-                "temperature": 0.0, "seed": 42, "cache_prompt": False}, headers, args.timeout)
-            t = res.get("timings", {})
-            out["requests"].append({
-                "url": url, "prompt": i, "e2e_s": round(time.monotonic() - t0, 3),
-                "predicted_n": t.get("predicted_n"), "predicted_per_second": t.get("predicted_per_second"),
-                "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0),
-            })
+        while True:
+            t_wait = time.monotonic()
+            idle = wait_idle(watched, headers, idle_deadline, args.watch_interval / 2)
+            out["idle_waited_s"] = round(out["idle_waited_s"] + time.monotonic() - t_wait, 2)
+            if not idle:
+                out["gave_up"] = (f"the servers were not idle of other requests within {args.idle_timeout:g} s "
+                                  f"(prompt {i + 1})") if i < len(prompts) else ""
+                break
+            pair, foreign = [], {}
+            for url in order:
+                with Watch(watched, url, headers, args.watch_interval) as watch:
+                    t0 = time.monotonic()
+                    res = post(url + "/v1/chat/completions", {
+                        "messages": [{"role": "user", "content": variant(prompt, attempt)}],
+                        "max_tokens": args.tokens, "temperature": 0.0, "seed": 42, "cache_prompt": False},
+                        headers, args.timeout)
+                    e2e = time.monotonic() - t0
+                out["slots_unavailable"] = out["slots_unavailable"] or watch.blind
+                for other, n in watch.foreign.items():
+                    foreign[other] = max(foreign.get(other, 0), n)
+                t = res.get("timings", {})
+                pair.append({
+                    "url": url, "prompt": i, "attempt": attempt % 100, "e2e_s": round(e2e, 3),
+                    "predicted_n": t.get("predicted_n"), "predicted_per_second": t.get("predicted_per_second"),
+                    "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0),
+                })
+            if not foreign:
+                out["requests"].extend(pair)
+                break
+            out["contended"].append({"prompt": i, "attempt": attempt % 100, "other_requests": foreign})
+            attempt += 1
+        if out["gave_up"]:
+            break
     print(json.dumps(out))
     return 0
 

@@ -1,0 +1,144 @@
+"""roles/llama_server/files/speed_probe.py against two stand-in servers whose /slots tell the truth about their
+requests: the probe measures a pair only while nobody else's request runs, discards and retries a pair another
+request ran beside, and gives up at its idle deadline -- which the judge turns into "unproven", never a verdict.
+(Stand-ins: the gate's rules are about what /slots says; the real server is exercised by the deploy tests.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from specops.speedgate import judge, message
+
+PROBE = Path(__file__).resolve().parents[2] / "roles/llama_server/files/speed_probe.py"
+
+
+class Server:
+    """/health, /slots (our requests + ``foreign`` requests of an imagined client), chat that takes 0.3 s."""
+
+    def __init__(self, tps: float) -> None:
+        self.tps, self.ours, self.foreign, self.prompts = [tps], 0, 0, []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, body: object) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/slots":
+                    with server.lock:
+                        busy = server.ours + server.foreign
+                    self._send([{"id": i, "is_processing": i < busy} for i in range(max(busy, 1))])
+                else:
+                    self._send({"status": "ok"})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.ours += 1
+                if self.path == "/v1/chat/completions":
+                    server.prompts.append(body["messages"][0]["content"])
+                try:
+                    time.sleep(0.3)
+                finally:
+                    with server.lock:
+                        server.ours -= 1
+                tps = server.tps[len(server.prompts) % len(server.tps)]
+                self._send({"timings": {"predicted_n": 32, "predicted_per_second": tps, "draft_n": 0,
+                                        "draft_n_accepted": 0}})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[Server, Server]]:
+    a, b = Server(10.0), Server(20.0)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def run_probe(a: Server, b: Server, prompts: int, idle_timeout: float, *extra: str) -> dict:
+    out = subprocess.run([sys.executable, str(PROBE), "--url", a.url, "--url", b.url, "--prompts",
+                          json.dumps([f"prompt {i}" for i in range(prompts)]), "--tokens", "32", "--timeout", "30",
+                          "--idle-timeout", str(idle_timeout), "--watch-interval", "0.05", *extra],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+def test_idle_servers_give_every_pair_and_a_verdict(servers) -> None:
+    a, b = servers
+    out = run_probe(a, b, 3, 30)
+    assert out["contended"] == [] and not out["gave_up"] and len(out["requests"]) == 6
+    verdict = judge(out, out, a.url, b.url)
+    assert verdict["verdict"] == "loses" and verdict["ratio"] == pytest.approx(0.5)
+
+
+def test_a_pair_beside_another_request_is_discarded_and_asked_again_in_other_words(servers) -> None:
+    a, b = servers
+
+    def client() -> None:   # another request on b while the probe measures its first pair (a, then b)
+        while not a.prompts:
+            time.sleep(0.005)
+        with b.lock:
+            b.foreign += 1
+        time.sleep(0.5)
+        with b.lock:
+            b.foreign -= 1
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    out = run_probe(a, b, 2, 30)
+    thread.join()
+    assert out["contended"] and out["contended"][0]["prompt"] == 0
+    assert {r["prompt"] for r in out["requests"]} == {0, 1} and len(out["requests"]) == 4
+    assert all(r["attempt"] == 1 for r in out["requests"] if r["prompt"] == 0)
+    assert len(set(a.prompts)) == len(a.prompts)            # no server saw the same prompt twice
+    assert judge(out, out, a.url, b.url)["contended"] == len(out["contended"])
+
+
+def test_a_server_that_never_goes_quiet_is_unproven_not_judged(servers) -> None:
+    a, b = servers
+    a.foreign = 1                                            # a client streams on the service throughout
+    t0 = time.monotonic()
+    out = run_probe(a, b, 2, 1.5)
+    assert time.monotonic() - t0 < 60
+    assert out["requests"] == [] and "not idle" in out["gave_up"]
+    verdict = judge(out, out, a.url, b.url)
+    assert verdict["verdict"] == "unproven" and verdict["prompts"] == 0
+    line = message(verdict, "fallback", "svc")
+    assert "UNPROVEN" in line and "already proven on this host" in line
+
+
+def test_a_noisy_host_gets_more_pairs_not_a_verdict_of_chance(servers) -> None:
+    a, b = servers
+    a.tps = [10.0, 4.0, 16.0, 7.0, 12.0]                     # the service's speed jumps from prompt to prompt
+    out = run_probe(a, b, 3, 60, "--max-spread", "1.5")
+    prompts = {r["prompt"] for r in out["requests"]}
+    assert prompts == set(range(9)), prompts                 # 3 prompts + at most twice as many more
+    assert len(set(a.prompts)) == len(a.prompts) == 9
+    steady = run_probe(b, b, 3, 60, "--max-spread", "1.5")  # a steady ratio stops at the list's end
+    assert {r["prompt"] for r in steady["requests"]} == {0, 1, 2}
