@@ -25,7 +25,7 @@ from specops.buildopts import (
     configure_argv,
 )
 from specops.capabilities import Capabilities, parse_help, parse_version
-from specops.deploycheck import check_host, check_inputs, verify_problems
+from specops.deploycheck import check_host, check_inputs, is_loopback, verify_problems
 from specops.devices import device_problem
 from specops.fetch import catalog
 from specops.probe import summarize_probe
@@ -86,9 +86,15 @@ def specops_input_problems(values: dict, specs: dict) -> list[str]:
 
 
 def specops_host_problems(facts: dict, host: str, key_file: str, ports: dict, our_units: list[str]) -> list[str]:
-    """One line per problem on the host: the API key file (present, a file, root-owned, 0600) and the ports."""
+    """One line per problem on the host: the API key file (present, a file, root-owned, 0600, its lines as
+    llama-server reads them), the ports, and whether the service user can read the models."""
     return check_host(dict(facts), host, str(key_file or ""), {k: int(v) for k, v in dict(ports).items()},
                       list(our_units))
+
+
+def specops_is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost."""
+    return is_loopback(str(host))
 
 
 def specops_verify_problems(result: dict, units: list[str], binary: str = "",
@@ -185,6 +191,7 @@ class FilterModule:
             "specops_cmake_options": specops_cmake_options,
             "specops_input_problems": specops_input_problems,
             "specops_host_problems": specops_host_problems,
+            "specops_is_loopback": specops_is_loopback,
             "specops_verify_problems": specops_verify_problems,
             "specops_build_id": specops_build_id,
             "specops_cmake_args": specops_cmake_args,

@@ -2,12 +2,13 @@
 its value and the fix.
 
 Types and choices come from the role's ``meta/argument_specs.yml`` (the one declaration); ranges, paths and
-what a systemd unit can hold are checked here; the host's side (the API key file, the ports) from what
-``roles/llama_server/files/host_facts.py`` reports.
+what a systemd unit can hold are checked here; the host's side (the API key file and its lines, the ports, whether
+the service user can read the models) from what ``roles/llama_server/files/host_facts.py`` reports.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import stat
 from typing import Any
@@ -61,6 +62,49 @@ PATHS: dict[str, bool] = {  # name -> may be empty
 TEXT = ("llama_server_service_name", "llama_server_baseline_service_name", "llama_server_alias",
         "llama_server_host", "llama_server_memory_max")
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@-]+\Z")
+PORTS = ("llama_server_port", "llama_server_baseline_port")
+SERVICE_USER = "the service user (systemd DynamicUser)"
+
+
+def _true(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() in _TRUE)
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: reachable from this host only."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _exposure_problems(values: dict[str, Any], problems: list[str]) -> list[str]:
+    """A listen address beyond loopback without a key; a port below 1024 without CAP_NET_BIND_SERVICE. Only for
+    values that passed their type checks (``problems`` so far): one line per input."""
+    found: list[str] = []
+    reported = {p.split("=", 1)[0] for p in problems}
+    host = values.get("llama_server_host")
+    if (isinstance(host, str) and host and "llama_server_host" not in reported and not is_loopback(host)
+            and not values.get("llama_server_api_key_file")
+            and not _true(values.get("llama_server_allow_public_unauthenticated"))):
+        found.append(f"llama_server_host={host!r}: listens beyond loopback and no llama_server_api_key_file is set, "
+                     "so anyone who reaches the port can use the model; set llama_server_api_key_file (a root-only "
+                     "file, one key per line), listen on 127.0.0.1 behind a proxy, or set "
+                     "llama_server_allow_public_unauthenticated: true to accept that")
+    if _true(values.get("llama_server_bind_privileged_port")):
+        return found
+    for name in PORTS:
+        port = values.get(name)
+        if name in reported or port is None or isinstance(port, bool) or not _INT.match(str(port).strip()):
+            continue
+        if int(port) < 1024:
+            found.append(f"{name}={port!r}: below 1024, and the unit's {SERVICE_USER} has no capability to bind it "
+                         f"(llama-server would fail with permission denied); pick a port of 1024 or more (e.g. "
+                         f"{8080 if name == 'llama_server_port' else 8081}) or set "
+                         "llama_server_bind_privileged_port: true (grants the unit CAP_NET_BIND_SERVICE)")
+    return found
 
 
 def _number(name: str, value: Any, kind: str, example: Any = None) -> float | int | str:
@@ -176,12 +220,13 @@ def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
                 representable(arg, f"llama_server_extra_args[{i}]")
             except UnitValueError as exc:
                 problems.append(str(exc))
-    return problems
+    return problems + _exposure_problems(values, problems)
 
 
 def check_host(facts: dict[str, Any], host: str, key_file: str, ports: dict[str, int],
                our_units: list[str]) -> list[str]:
-    """Problems found on the host: ``facts`` from host_facts.py (``key_file`` stat, port owners)."""
+    """Problems found on the host: ``facts`` from host_facts.py (``key_file``: stat and the shape of its lines;
+    ``ports``: their owners; ``paths``: variable -> whether the service user can read that model)."""
     problems: list[str] = []
     if key_file:
         key = facts.get("key_file") or {}
@@ -201,8 +246,7 @@ def check_host(facts: dict[str, Any], host: str, key_file: str, ports: dict[str,
             if mode & 0o077:
                 problems.append(f"{name}={key_file!r}: mode {stat.S_IMODE(mode):04o} lets group or others read "
                                 f"the key on {host}; run: chmod 0600 {key_file}")
-            if key.get("size", 1) == 0:
-                problems.append(f"{name}={key_file!r}: empty on {host}; write the key into it (one per line)")
+            problems += _key_content_problems(name, key_file, host, key)
     owners = facts.get("ports") or {}
     for name, port in ports.items():
         owner = owners.get(str(port))
@@ -214,7 +258,71 @@ def check_host(facts: dict[str, Any], host: str, key_file: str, ports: dict[str,
         who += f", {owner['unit']})" if owner.get("unit") else ")"
         problems.append(f"{name}={port}: port {port} is already taken on {host} by {who}; "
                         f"pick a free port or stop that process")
+    for name, path_facts in (facts.get("paths") or {}).items():
+        problem = _path_problem(name, path_facts, host)
+        if problem:
+            problems.append(problem)
     return problems
+
+
+def _key_content_problems(name: str, key_file: str, host: str, key: dict[str, Any]) -> list[str]:
+    """The key file's lines as llama-server reads them (host_facts.key_lines: a shape, never the key)."""
+    lines: dict[str, Any] = key.get("content") or {}
+    if key.get("size", 1) == 0 or lines.get("empty"):
+        return [f"{name}={key_file!r}: empty on {host} (no key line: llama-server skips empty lines and lines "
+                "starting with #, and with no key it serves without authentication); write the key into it "
+                "(one per line)"]
+    found: list[str] = []
+    if lines.get("cr"):
+        found.append(f"{name}={key_file!r}: has CR characters (Windows line endings) on {host}; llama-server splits "
+                     "at LF only and would keep the CR in the key, which no client sends; "
+                     f"run: sed -i 's/\\r//g' {key_file}")
+    if lines.get("edge_whitespace"):
+        found.append(f"{name}={key_file!r}: a key line starts or ends with a space or tab on {host}; llama-server "
+                     "keeps it in the key (it strips nothing) and HTTP drops it from the Authorization header, so "
+                     "no client can send that key; remove the spaces: "
+                     f"sed -i 's/^[[:blank:]]*//; s/[[:blank:]]*$//' {key_file}")
+    if lines.get("nonprintable"):
+        found.append(f"{name}={key_file!r}: a key line holds a byte that is not printable ASCII (a control "
+                     f"character, a tab, a byte-order mark or non-ASCII text) on {host}; write each key in printable "
+                     "ASCII, one per line with LF line endings")
+    return found
+
+
+def _path_problem(name: str, facts: dict[str, Any], host: str) -> str | None:
+    """One line when the service user cannot read a model file (host_facts.path_access)."""
+    path = facts.get("path", "")
+    head = f"{name}={path!r}"
+    if facts.get("error"):
+        return f"{head}: cannot be resolved on {host} ({facts['error']}); fix the path or its symlinks"
+    blocked = facts.get("blocked")
+    if not blocked:
+        return None
+    real, at, reason = facts.get("real", path), blocked.get("at", ""), blocked.get("reason")
+    resolves = f"resolves to {real}, and " if real != path else ""
+    if reason in ("protect-home", "private-tmp"):
+        top = "/run/user" if at.startswith("/run/user") else "/" + at.strip("/").split("/")[0]
+        if top == "/var":
+            top = "/var/tmp"
+        why = ("ProtectHome=yes hides /home, /root and /run/user from it" if reason == "protect-home"
+               else "PrivateTmp=yes gives it an empty /tmp and /var/tmp of its own")
+        where = f"resolves to {real}, under {top}" if real != path else f"is under {top}"
+        return (f"{head}: {where}, which the service cannot see on {host} ({why}); move the model to a "
+                "world-readable directory outside /home, /root, /run/user, /tmp and /var/tmp (e.g. /srv)")
+    if reason in ("directory", "not-a-file"):
+        kind = "a directory" if reason == "directory" else "not a regular file"
+        return f"{head}: {resolves}{real} is {kind} on {host}; point it at the model file (.gguf) itself"
+    mode, owner, bits = int(blocked.get("mode", 0)), blocked.get("owner", "?"), blocked.get("need", "x")
+    who = "g" if blocked.get("class") == "group" else "o"
+    if not facts.get("exists", True):
+        return (f"{head}: {resolves}{at} (mode {mode:04o}, owner {owner}) would not let {SERVICE_USER} through to "
+                f"the model, which is not there yet, on {host}; put the model under a world-readable directory or "
+                f"run: chmod {who}+x {at}")
+    if at == real:
+        return (f"{head}: {resolves}{at} (mode {mode:04o}, owner {owner}) is not readable by {SERVICE_USER} "
+                f"on {host}; run: chmod {who}+{bits} {at}")
+    return (f"{head}: {resolves}{at} (mode {mode:04o}, owner {owner}) does not let {SERVICE_USER} through on "
+            f"{host}; move the model under a world-readable directory or run: chmod {who}+x {at}")
 
 
 def verify_problems(results: list[dict[str, Any]], units: list[str], binary: str = "",

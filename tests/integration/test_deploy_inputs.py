@@ -162,6 +162,38 @@ def unsquat(labhost) -> None:
     labhost.run(["systemctl", "stop", "specops-squatter"], check=False)
 
 
+def key_file(name: str, content: str) -> Callable:
+    """Setup: a root-only key file in TEST_DIR holding ``content`` (printf format: \\r, \\357 ...)."""
+    def setup(labhost) -> None:
+        labhost.run(["sh", "-c", f'umask 077; printf "$1" > {TEST_DIR}/{name}', "sh", content])
+    return setup
+
+
+def remove(*paths: str) -> Callable:
+    def teardown(labhost) -> None:
+        labhost.run(["rm", "-rf", *paths], check=False)
+    return teardown
+
+
+MODEL_LINK = "/srv/specops-inputs-link.gguf"
+CLOSED_DIR = "/srv/specops-inputs-closed"
+
+
+def model_behind_root(labhost) -> None:
+    """A readable model under /root, reached through a symlink in /srv: ProtectHome=yes hides it."""
+    labhost.run(["sh", "-c", "mkdir -p /root/specops-inputs && echo GGUF > /root/specops-inputs/t.gguf &&"
+                 f" chmod 0644 /root/specops-inputs/t.gguf && ln -sfn /root/specops-inputs/t.gguf {MODEL_LINK}"])
+
+
+def model_in_closed_dir(labhost) -> None:
+    labhost.run(["sh", "-c", f"mkdir -p {CLOSED_DIR} && echo GGUF > {CLOSED_DIR}/t.gguf && chmod 0644"
+                 f" {CLOSED_DIR}/t.gguf && chmod 0700 {CLOSED_DIR}"])
+
+
+def draft_not_readable(labhost) -> None:
+    labhost.run(["sh", "-c", f"echo GGUF > {TEST_DIR}/draft-0600.gguf && chmod 0600 {TEST_DIR}/draft-0600.gguf"])
+
+
 CASES = {
     "relative models dir": Case(["specops_models_dir=srv/models"], "specops_models_dir", "not an absolute path"),
     "newline in path": Case(['{"specops_models_dir": "/srv/spec\\nops"}'], "specops_models_dir",
@@ -181,6 +213,37 @@ CASES = {
     "string where a number belongs": Case(["llama_server_ctx_size=lots"], "llama_server_ctx_size",
                                           "not a whole number"),
     "unknown spec type": Case(["llama_server_spec_type=draft-magic"], "llama_server_spec_type", "not one of"),
+    "public listen address without a key": Case(["llama_server_host=0.0.0.0"], "llama_server_host",
+                                                "llama_server_allow_public_unauthenticated: true"),
+    "privileged port": Case(["llama_server_port=80"], "llama_server_port", "llama_server_bind_privileged_port: true"),
+    "privileged baseline port": Case(["llama_server_baseline_port=443"], "llama_server_baseline_port",
+                                     "pick a port of 1024 or more"),
+    "model behind a symlink into /root": Case([f"llama_server_target_model={MODEL_LINK}"],
+                                              "llama_server_target_model", "ProtectHome=yes",
+                                              setup=model_behind_root,
+                                              teardown=remove(MODEL_LINK, "/root/specops-inputs")),
+    "model in a 0700 directory": Case([f"llama_server_target_model={CLOSED_DIR}/t.gguf"], "llama_server_target_model",
+                                      f"{CLOSED_DIR} (mode 0700, owner root) does not let the service user",
+                                      setup=model_in_closed_dir, teardown=remove(CLOSED_DIR)),
+    "draft readable by root only": Case([f"llama_server_draft_model={TEST_DIR}/draft-0600.gguf"],
+                                        "llama_server_draft_model", f"chmod o+r {TEST_DIR}/draft-0600.gguf",
+                                        setup=draft_not_readable, teardown=remove(f"{TEST_DIR}/draft-0600.gguf")),
+    "API key file with CRLF": Case([f"llama_server_api_key_file={TEST_DIR}/key-crlf"], "llama_server_api_key_file",
+                                   "has CR characters (Windows line endings)",
+                                   setup=key_file("key-crlf", "secret-key\\r\\n"),
+                                   teardown=remove(f"{TEST_DIR}/key-crlf")),
+    "API key with a trailing space": Case([f"llama_server_api_key_file={TEST_DIR}/key-space"],
+                                          "llama_server_api_key_file", "starts or ends with a space or tab",
+                                          setup=key_file("key-space", "secret-key \\n"),
+                                          teardown=remove(f"{TEST_DIR}/key-space")),
+    "API key file with comments only": Case([f"llama_server_api_key_file={TEST_DIR}/key-comments"],
+                                            "llama_server_api_key_file", "serves without authentication",
+                                            setup=key_file("key-comments", "# the key goes here\\n\\n"),
+                                            teardown=remove(f"{TEST_DIR}/key-comments")),
+    "API key with a byte-order mark": Case([f"llama_server_api_key_file={TEST_DIR}/key-bom"],
+                                           "llama_server_api_key_file", "not printable ASCII",
+                                           setup=key_file("key-bom", "\\357\\273\\277secret-key\\n"),
+                                           teardown=remove(f"{TEST_DIR}/key-bom")),
 }
 REFUSALS: list[tuple[str, str, float]] = []
 

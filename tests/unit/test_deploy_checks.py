@@ -156,3 +156,342 @@ def test_a_deploy_without_the_builder_inventory_says_which_inventory_to_add(tmp_
     assert "no llama_builders group" in out and "-i inventory/builder.yml" in out, out[-2000:]
     assert "has no attribute" not in out
     assert "Check every input against the argument specs" not in out  # refused before the input checks ran
+
+
+# ---- listen address beyond loopback without a key; ports below 1024 -------------------------------------------
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "fd00::5", "myhost.lan"])
+def test_public_listen_address_without_a_key_is_refused(host):
+    problems = check_inputs({"llama_server_host": host, "llama_server_api_key_file": ""}, SPECS)
+    assert problems == [f"llama_server_host={host!r}: listens beyond loopback and no llama_server_api_key_file is set, "
+                        "so anyone who reaches the port can use the model; set llama_server_api_key_file (a root-only "
+                        "file, one key per line), listen on 127.0.0.1 behind a proxy, or set "
+                        "llama_server_allow_public_unauthenticated: true to accept that"]
+
+
+@pytest.mark.parametrize("values", [
+    {"llama_server_host": "127.0.0.1"}, {"llama_server_host": "localhost"}, {"llama_server_host": "::1"},
+    {"llama_server_host": "127.0.0.2"},
+    {"llama_server_host": "0.0.0.0", "llama_server_api_key_file": "/etc/specops/api-key"},
+    {"llama_server_host": "0.0.0.0", "llama_server_allow_public_unauthenticated": True},
+    {"llama_server_host": "::", "llama_server_allow_public_unauthenticated": "true"},   # -e spells it as a string
+])
+def test_loopback_a_key_or_the_explicit_opt_in_pass(values):
+    assert check_inputs({"llama_server_api_key_file": "", **values}, SPECS) == []
+
+
+def test_a_bad_opt_in_value_is_reported_as_such():
+    problems = check_inputs({"llama_server_host": "0.0.0.0", "llama_server_allow_public_unauthenticated": "sure"},
+                            SPECS)
+    assert any(p.startswith("llama_server_allow_public_unauthenticated='sure': not a boolean") for p in problems)
+
+
+@pytest.mark.parametrize("name,port", [("llama_server_port", 80), ("llama_server_port", "443"),
+                                       ("llama_server_baseline_port", 1023)])
+def test_privileged_port_without_the_capability_is_refused(name, port):
+    problems = check_inputs({name: port}, SPECS)
+    example = 8080 if name == "llama_server_port" else 8081
+    assert problems == [f"{name}={port!r}: below 1024, and the unit's the service user (systemd DynamicUser) has no "
+                        f"capability to bind it (llama-server would fail with permission denied); pick a port of "
+                        f"1024 or more (e.g. {example}) or set llama_server_bind_privileged_port: true (grants the "
+                        "unit CAP_NET_BIND_SERVICE)"]
+
+
+def test_privileged_port_with_the_capability_passes_and_bad_ports_are_reported_once():
+    assert check_inputs({"llama_server_port": 80, "llama_server_bind_privileged_port": True}, SPECS) == []
+    assert check_inputs({"llama_server_port": 1024}, SPECS) == []
+    assert len(check_inputs({"llama_server_port": 0}, SPECS)) == 1     # the range says it, not the 1024 rule
+    assert len(check_inputs({"llama_server_port": "http"}, SPECS)) == 1
+
+
+def test_the_new_settings_are_declared_and_default_off():
+    for name in ("llama_server_allow_public_unauthenticated", "llama_server_bind_privileged_port"):
+        assert SPECS[name]["type"] == "bool" and SPECS[name]["default"] is False and SPECS[name]["description"]
+        assert DEFAULTS[name] is False
+
+
+# ---- the API key file's lines, as llama-server reads them (never the key) ------------------------------------
+def _key(content: dict) -> dict:
+    return {"key_file": {"exists": True, "mode": stat.S_IFREG | 0o600, "uid": 0, "gid": 0, "size": 9,
+                         "content": content}, "ports": {}}
+
+
+CLEAN = {"lines": 1, "keys": 1, "empty": False, "cr": False, "edge_whitespace": False, "nonprintable": False}
+
+
+@pytest.mark.parametrize("flag,message", [
+    ({"empty": True, "keys": 0}, f"llama_server_api_key_file='{KEY}': empty on h1 (no key line: llama-server skips "
+     "empty lines and lines starting with #, and with no key it serves without authentication); write the key into "
+     "it (one per line)"),
+    ({"cr": True}, f"llama_server_api_key_file='{KEY}': has CR characters (Windows line endings) on h1; llama-server "
+     "splits at LF only and would keep the CR in the key, which no client sends; "
+     f"run: sed -i 's/\\r//g' {KEY}"),
+    ({"edge_whitespace": True}, f"llama_server_api_key_file='{KEY}': a key line starts or ends with a space or tab "
+     "on h1; llama-server keeps it in the key (it strips nothing) and HTTP drops it from the Authorization header, "
+     f"so no client can send that key; remove the spaces: sed -i 's/^[[:blank:]]*//; s/[[:blank:]]*$//' {KEY}"),
+    ({"nonprintable": True}, f"llama_server_api_key_file='{KEY}': a key line holds a byte that is not printable "
+     "ASCII (a control character, a tab, a byte-order mark or non-ASCII text) on h1; write each key in printable "
+     "ASCII, one per line with LF line endings"),
+])
+def test_key_file_lines_are_refused_in_one_line(flag, message):
+    assert check_host(_key({**CLEAN, **flag}), "h1", KEY, {}, OURS) == [message]
+    assert check_host(_key(CLEAN), "h1", KEY, {}, OURS) == []
+
+
+def _host_facts():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("host_facts", REPO / "roles/llama_server/files/host_facts.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("data,expected", [
+    (b"secret\n", {}),
+    (b"secret", {}),                                            # no final LF: getline still yields it
+    (b"# keys\n\nsecret\nsecond\n", {"keys": 2, "lines": 4}),
+    (b"", {"empty": True, "keys": 0, "lines": 0}),
+    (b"# only a comment\n\n", {"empty": True, "keys": 0, "lines": 2}),   # llama-server: no key, no auth
+    (b"secret\r\n", {"cr": True}),
+    (b"# c\r\nsecret\n", {"cr": True, "lines": 2}),
+    (b"secret \n", {"edge_whitespace": True}),
+    (b"\tsecret\n", {"edge_whitespace": True}),
+    (b" #secret\n", {"edge_whitespace": True}),                 # not a comment to llama-server: a key
+    (b"sec\x01ret\n", {"nonprintable": True}),
+    (b"\xef\xbb\xbfsecret\n", {"nonprintable": True}),          # a byte-order mark ends up in the key
+    (b"# cl\xc3\xa9 of the lab\nsecret\n", {"lines": 2}),       # a comment may hold anything
+])
+def test_key_lines_classify_like_llama_server(data, expected):
+    facts = _host_facts().key_lines(data)
+    assert facts == {**CLEAN, **expected}
+    assert b"secret" not in json.dumps(facts).encode()
+
+
+def test_host_facts_reports_the_key_files_shape_never_the_key(tmp_path):
+    key = tmp_path / "api-key"
+    key.write_bytes(b"sk-abc123\r\n")
+    key.chmod(0o600)
+    out = subprocess.run([sys.executable, str(REPO / "roles/llama_server/files/host_facts.py"), "--key-file",
+                          str(key)], capture_output=True, text=True, check=True).stdout
+    assert "sk-abc123" not in out
+    facts = json.loads(out)
+    assert facts["key_file"]["content"]["cr"] is True and facts["paths"] == {}
+    problems = check_host(facts, "h1", str(key), {}, OURS)
+    assert [p for p in problems if "CR characters" in p and "sk-abc" not in p]
+
+
+# ---- can the service user (DynamicUser, ProtectHome=yes) read the models? ----------------------------------------
+@pytest.mark.parametrize("facts,message", [
+    ({"path": "/srv/models/t.gguf", "real": "/root/private/t.gguf", "exists": True,
+      "blocked": {"at": "/root", "reason": "protect-home"}},
+     "llama_server_target_model='/srv/models/t.gguf': resolves to /root/private/t.gguf, under /root, which the "
+     "service cannot see on h1 (ProtectHome=yes hides /home, /root and /run/user from it); move the model to a "
+     "world-readable directory outside /home, /root, /run/user, /tmp and /var/tmp (e.g. /srv)"),
+    ({"path": "/home/ann/t.gguf", "real": "/home/ann/t.gguf", "exists": True,
+      "blocked": {"at": "/home", "reason": "protect-home"}},
+     "llama_server_target_model='/home/ann/t.gguf': is under /home, which the service cannot see on h1 "
+     "(ProtectHome=yes hides /home, /root and /run/user from it); move the model to a world-readable directory "
+     "outside /home, /root, /run/user, /tmp and /var/tmp (e.g. /srv)"),
+    ({"path": "/var/tmp/t.gguf", "real": "/var/tmp/t.gguf", "exists": True,
+      "blocked": {"at": "/var/tmp", "reason": "private-tmp"}},
+     "llama_server_target_model='/var/tmp/t.gguf': is under /var/tmp, which the service cannot see on h1 "
+     "(PrivateTmp=yes gives it an empty /tmp and /var/tmp of its own); move the model to a world-readable "
+     "directory outside /home, /root, /run/user, /tmp and /var/tmp (e.g. /srv)"),
+    ({"path": "/srv/models/t.gguf", "real": "/data/private/t.gguf", "exists": True,
+      "blocked": {"at": "/data/private", "reason": "mode", "mode": 0o700, "owner": "root", "class": "other",
+                  "need": "x"}},
+     "llama_server_target_model='/srv/models/t.gguf': resolves to /data/private/t.gguf, and /data/private "
+     "(mode 0700, owner root) does not let the service user (systemd DynamicUser) through on h1; move the model "
+     "under a world-readable directory or run: chmod o+x /data/private"),
+    ({"path": "/srv/models/t.gguf", "real": "/srv/models/t.gguf", "exists": True,
+      "blocked": {"at": "/srv/models/t.gguf", "reason": "mode", "mode": 0o600, "owner": "ann", "class": "other",
+                  "need": "r"}},
+     "llama_server_target_model='/srv/models/t.gguf': /srv/models/t.gguf (mode 0600, owner ann) is not readable "
+     "by the service user (systemd DynamicUser) on h1; run: chmod o+r /srv/models/t.gguf"),
+    ({"path": "/srv/models/t.gguf", "real": "/srv/models/t.gguf", "exists": True,
+      "blocked": {"at": "/srv/models", "reason": "mode", "mode": 0o705, "owner": "root", "class": "group",
+                  "need": "x"}},
+     "llama_server_target_model='/srv/models/t.gguf': /srv/models (mode 0705, owner root) does not let the service "
+     "user (systemd DynamicUser) through on h1; move the model under a world-readable directory or run: "
+     "chmod g+x /srv/models"),
+    ({"path": "/opt/m/t.gguf", "real": "/opt/m/t.gguf", "exists": False,
+      "blocked": {"at": "/opt", "reason": "mode", "mode": 0o700, "owner": "root", "class": "other", "need": "x"}},
+     "llama_server_target_model='/opt/m/t.gguf': /opt (mode 0700, owner root) would not let the service user "
+     "(systemd DynamicUser) through to the model, which is not there yet, on h1; put the model under a "
+     "world-readable directory or run: chmod o+x /opt"),
+    ({"path": "/srv/models", "real": "/srv/models", "exists": True,
+      "blocked": {"at": "/srv/models", "reason": "directory"}},
+     "llama_server_target_model='/srv/models': /srv/models is a directory on h1; point it at the model file (.gguf) "
+     "itself"),
+    ({"path": "/srv/loop.gguf", "error": "too many levels of symbolic links at /srv/loop.gguf"},
+     "llama_server_target_model='/srv/loop.gguf': cannot be resolved on h1 (too many levels of symbolic links at "
+     "/srv/loop.gguf); fix the path or its symlinks"),
+])
+def test_a_model_the_service_cannot_read_is_one_line(facts, message):
+    assert check_host({"paths": {"llama_server_target_model": facts}}, "h1", "", {}, OURS) == [message]
+
+
+def test_readable_models_and_no_draft_pass():
+    ok = {"path": "/srv/specops/models/t.gguf", "real": "/srv/specops/models/t.gguf", "exists": True, "blocked": None}
+    fresh = {"path": "/srv/specops/models/d.gguf", "real": "/srv/specops/models/d.gguf", "exists": False,
+             "blocked": None}
+    facts = {"paths": {"llama_server_target_model": ok, "llama_server_draft_model": fresh}}
+    assert check_host(facts, "h1", "", {}, OURS) == []
+
+
+# host_facts.path_access against real files: computed from the mode bits, so it holds when the tests run as root
+@pytest.fixture
+def tree():
+    """A world-traversable directory (pytest's own tmp_path sits in a 0700 directory, which would block the walk),
+    with models/t.gguf readable by all."""
+    import shutil
+    import tempfile
+    root = Path(tempfile.mkdtemp(prefix="specops-host-facts-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    root.chmod(0o755)
+    models = root / "models"
+    models.mkdir()
+    models.chmod(0o755)
+    model = models / "t.gguf"
+    model.write_bytes(b"GGUF")
+    model.chmod(0o644)
+    if any(not (p.stat().st_mode & 1) for p in root.parents):
+        pytest.skip(f"a directory above {root} is not traversable by others on this machine")
+    yield root
+    for path in root.rglob("*"):
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+    shutil.rmtree(root)
+
+
+def _visible():
+    """host_facts with /tmp and /var/tmp visible: the test tree lives there (PrivateTmp= is checked on its own)."""
+    hf = _host_facts()
+    hf.HIDDEN = {k: v for k, v in hf.HIDDEN.items() if k not in ("/tmp", "/var/tmp")}
+    return hf
+
+
+def _access(path, gids=()):
+    return _visible().path_access(str(path), set(gids))
+
+
+def test_a_world_readable_model_passes(tree):
+    facts = _access(tree / "models" / "t.gguf")
+    assert facts["blocked"] is None and facts["exists"] and facts["real"] == str(tree / "models" / "t.gguf")
+
+
+def test_a_closed_directory_behind_a_symlink_is_named_with_its_mode(tree):
+    private = tree / "private"
+    private.mkdir()
+    (private / "t.gguf").write_bytes(b"GGUF")
+    (private / "t.gguf").chmod(0o644)
+    private.chmod(0o700)
+    link = tree / "models" / "link.gguf"
+    link.symlink_to(private / "t.gguf")
+    try:
+        facts = _access(link)
+    finally:
+        private.chmod(0o755)
+    assert facts["real"] == str(private / "t.gguf")
+    assert facts["blocked"]["at"] == str(private) and facts["blocked"]["mode"] == 0o700
+    assert facts["blocked"]["class"] == "other" and facts["blocked"]["need"] == "x"
+    line = check_host({"paths": {"llama_server_target_model": facts}}, "h1", "", {}, OURS)[0]
+    assert f"resolves to {private}/t.gguf, and {private} (mode 0700" in line and f"chmod o+x {private}" in line
+
+
+def test_an_unreadable_file_and_the_group_rule(tree):
+    model = tree / "models" / "t.gguf"
+    model.chmod(0o640)
+    facts = _access(model)
+    assert facts["blocked"]["at"] == str(model) and facts["blocked"]["need"] == "r"
+    # group bits count when the file's group is one of the unit's SupplementaryGroups ...
+    assert _access(model, {model.stat().st_gid})["blocked"] is None
+    # ... and then only they do, as in the kernel: group 0 with others' r is still no read
+    model.chmod(0o604)
+    assert _access(model, {model.stat().st_gid})["blocked"]["class"] == "group"
+    assert _access(model)["blocked"] is None
+
+
+def test_a_model_not_there_yet_checks_the_nearest_existing_directory(tree):
+    assert _access(tree / "models" / "new" / "deeper" / "d.gguf")["blocked"] is None
+    closed = tree / "closed"
+    closed.mkdir(mode=0o700)
+    closed.chmod(0o700)
+    facts = _access(closed / "sub" / "d.gguf")
+    assert facts["exists"] is False and facts["blocked"]["at"] == str(closed)
+
+
+def test_a_directory_and_a_symlink_loop_are_reported(tree):
+    assert _access(tree / "models")["blocked"]["reason"] == "directory"
+    loop = tree / "models" / "loop.gguf"
+    loop.symlink_to(loop)
+    assert "symbolic links" in _access(loop)["error"]
+
+
+def test_protect_home_and_private_tmp_hide_whatever_resolves_there(tree):
+    link = tree / "models" / "home.gguf"
+    link.symlink_to("/root/private/t.gguf")
+    facts = _access(link)
+    assert facts["real"] == "/root/private/t.gguf" and facts["blocked"] == {"at": "/root", "reason": "protect-home"}
+    hf = _host_facts()
+    assert hf.path_access("/home/someone/t.gguf", set())["blocked"] == {"at": "/home", "reason": "protect-home"}
+    assert hf.path_access("/run/user/1000/t.gguf", set())["blocked"]["reason"] == "protect-home"
+    assert hf.path_access("/tmp/t.gguf", set())["blocked"] == {"at": "/tmp", "reason": "private-tmp"}
+    assert hf.path_access(str(tree / "models" / "t.gguf"), set())["blocked"]["reason"] == "private-tmp"
+    assert hf._hidden("/homework/t.gguf") == "" and hf._hidden("/root") == "protect-home"
+
+
+def test_host_facts_takes_model_paths_and_groups(tree):
+    model = tree / "models" / "t.gguf"
+    out = subprocess.run([sys.executable, str(REPO / "roles/llama_server/files/host_facts.py"),
+                          "--path", f"llama_server_target_model={model}", "--path", "llama_server_draft_model=",
+                          "--group", "no-such-group-here"], capture_output=True, text=True, check=True).stdout
+    paths = json.loads(out)["paths"]
+    assert list(paths) == ["llama_server_target_model"] and paths["llama_server_target_model"]["path"] == str(model)
+
+
+# ---- the probes read the key as llama-server does, and a 401 is one JSON line --------------------------------------
+@pytest.mark.parametrize("script", ["probe.py", "speed_probe.py"])
+def test_the_probes_read_the_key_as_llama_server_does(tmp_path, script):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(script[:-3], REPO / "roles/llama_server/files" / script)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    key = tmp_path / "key"
+    for data, first in [(b"# comment\n\nk-1\nk-2\n", "k-1"), (b"k-1", "k-1"), (b" k-1 \n", " k-1 "),
+                        (b"k-1\r\n", "k-1\r"), (b"# only\n", "")]:
+        key.write_bytes(data)
+        assert module.read_key(str(key)) == first, data
+
+
+def test_probe_answers_a_401_with_one_json_line_naming_the_key_file(tmp_path):
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"error":{"message":"Invalid API Key","type":"authentication_error","code":401}}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    key = tmp_path / "api-key"
+    key.write_text("sk-wrong-one\n")
+    try:
+        proc = subprocess.run([sys.executable, str(REPO / "roles/llama_server/files/probe.py"), "--url",
+                               f"http://127.0.0.1:{server.server_port}", "--prompt", "x", "--api-key-file", str(key)],
+                              capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        server.shutdown()
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1 and "sk-wrong" not in proc.stdout + proc.stderr
+    error = json.loads(lines[0])["error"]
+    assert "HTTP 401" in error and str(key) in error and "llama_server_api_key_file" in error

@@ -43,6 +43,7 @@ def _plugin_filters() -> dict:
 ENV = Environment(loader=FileSystemLoader(str(ROLE / "templates")), trim_blocks=True, undefined=StrictUndefined,
                   keep_trailing_newline=False)
 ENV.filters.update(_plugin_filters())
+ENV.filters.setdefault("bool", lambda v: v is True or str(v).strip().lower() in {"true", "yes", "on", "1", "y", "t"})
 ROLE_VARS = {**yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()),
              **yaml.safe_load((ROLE / "vars" / "main.yml").read_text())}
 ROLE_VARS["llama_server_api_key_credential_arg"] = "%d/" + ROLE_VARS["llama_server_api_key_credential"]

@@ -87,3 +87,36 @@ def test_removed_flag_fails_rendering(caps_file, tmp_path):
                                "-e", '{"llama_server_extra_args": ["--draft-max", "8"]}')
     assert run.rc != 0 and "--draft-max has been removed" in run.text
     assert not list(tmp_path.glob("*.service"))
+
+
+def test_a_privileged_port_gets_the_one_capability(caps_file, tmp_path):
+    """llama_server_bind_privileged_port: the unit keeps CAP_NET_BIND_SERVICE (bounding and ambient) and drops
+    PrivateUsers= (a capability in the service's own user namespace does not bind the host's port 80); the rest
+    of the hardening stays. Without it preflight refuses a port below 1024."""
+    binary = tmp_path / "opt" / "current" / "bin" / "llama-server"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    render(caps_file, tmp_path, "-e", "llama_server_port=80", "-e", "llama_server_bind_privileged_port=true",
+           "-e", f"llama_server_install_root={tmp_path / 'opt'}")
+    unit = tmp_path / "llama-server-speculative.service"
+    text = unit.read_text()
+    assert "\nCapabilityBoundingSet=CAP_NET_BIND_SERVICE\n" in text
+    assert "\nAmbientCapabilities=CAP_NET_BIND_SERVICE\n" in text
+    assert "\nCapabilityBoundingSet=\n" not in text and "PrivateUsers" not in text
+    assert "SystemCallFilter=@system-service" in text and "NoNewPrivileges=yes" in text and "--port 80" in text
+    verify = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, check=False,
+                            cwd=tmp_path)
+    assert not [line for line in verify.stderr.splitlines() if unit.name in line], verify.stderr
+    default = tmp_path / "default"
+    default.mkdir()
+    render(caps_file, default)
+    plain = (default / "llama-server-speculative.service").read_text()
+    assert "\nCapabilityBoundingSet=\n" in plain and "\nAmbientCapabilities=\n" in plain and "PrivateUsers=yes" in plain
+
+
+def test_a_privileged_port_without_the_capability_is_refused(caps_file, tmp_path):
+    run = lab.ansible_playbook("playbooks/render-configs.yml", "-e", f"capabilities_file={caps_file}",
+                               "-e", f"llama_server_render_dir={tmp_path}", "-e", "llama_server_port=80")
+    assert run.rc != 0 and "llama_server_bind_privileged_port: true" in run.text, run.output[-2000:]
+    assert not list(tmp_path.glob("*.service"))

@@ -30,8 +30,11 @@ def busy_slots(url: str, headers: dict) -> int | None:
 
 
 def read_key(path: str) -> str:
-    with open(path) as fh:
-        return next((line.strip() for line in fh if line.strip() and not line.startswith("#")), "")
+    """The first key as llama-server reads --api-key-file (LF-split, nothing stripped, blank and # lines skipped;
+    the deploy's first play refuses a file where that differs from what a client would send)."""
+    with open(path, "rb") as fh:
+        lines = fh.read().decode("utf-8", "replace").split("\n")
+    return next((line for line in lines if line and not line.startswith("#")), "")
 
 
 def main() -> int:

@@ -46,7 +46,8 @@ def main_pid(unit: str) -> int:
 def completion(url: str, headers: dict, prompt: str, tokens: int, timeout: float) -> dict:
     body = json.dumps({"prompt": prompt, "n_predict": tokens, "temperature": 0.0, "seed": 42,
                        "cache_prompt": False, "ignore_eos": True}).encode()
-    req = urllib.request.Request(url + "/completion", data=body, headers={**headers, "Content-Type": "application/json"})
+    req = urllib.request.Request(url + "/completion", data=body,
+                                 headers={**headers, "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
 
@@ -66,6 +67,14 @@ def save_state(path: str, pid: int, metrics: str) -> None:
         os.replace(path + ".tmp", path)
 
 
+def read_key(path: str) -> str:
+    """The first key as llama-server reads --api-key-file: lines split at LF only, nothing stripped (a CR or a
+    space stays in the key), empty lines and lines starting with # skipped."""
+    with open(path, "rb") as fh:
+        lines = fh.read().decode("utf-8", "replace").split("\n")
+    return next((line for line in lines if line and not line.startswith("#")), "")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
@@ -78,9 +87,21 @@ def main() -> int:
     args = ap.parse_args()
     headers = {}
     if args.api_key_file:
-        with open(args.api_key_file) as fh:
-            key = next((line.strip() for line in fh if line.strip() and not line.startswith("#")), "")
-        headers["Authorization"] = f"Bearer {key}"
+        headers["Authorization"] = f"Bearer {read_key(args.api_key_file)}"
+    try:
+        return prove(args, headers)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 401:
+            raise
+        # one JSON line the deploy shows as it is (verify.yml), instead of a traceback; never the key
+        where = (f"the first key in {args.api_key_file} (llama_server_api_key_file)" if args.api_key_file
+                 else "no key (llama_server_api_key_file is not set)")
+        print(json.dumps({"error": f"{args.url} answered HTTP 401 (Invalid API Key) to the probe, which sent {where}; "
+                                   "make that file hold the key llama-server was started with, then deploy again"}))
+        return 3
+
+
+def prove(args: argparse.Namespace, headers: dict) -> int:
     t0 = time.monotonic()
     pid = main_pid(args.unit)
     now = get(args.url + "/metrics", headers)
@@ -109,7 +130,7 @@ def main() -> int:
     try:
         answer = completion(args.url, headers, args.prompt, args.tokens, max(left, 5.0))
     except (socket.timeout, TimeoutError, urllib.error.URLError) as exc:
-        if args.busy_deadline <= 0:
+        if args.busy_deadline <= 0 or getattr(exc, "code", None) == 401:
             raise
         out.update(source="unproven", reason=f"probe got no answer within {args.busy_deadline:g} s ({exc})",
                    metrics_after=now, slots=json.loads(get(args.url + "/slots", headers)),

@@ -123,6 +123,14 @@ def variant(prompt: str, attempt: int) -> str:
     return prompt if attempt == 0 else f"{prompt}\n\n(Attempt {attempt + 1}: answer afresh.)"
 
 
+def read_key(path: str) -> str:
+    """The first key as llama-server reads --api-key-file: lines split at LF only, nothing stripped (a CR or a
+    space stays in the key), empty lines and lines starting with # skipped."""
+    with open(path, "rb") as fh:
+        lines = fh.read().decode("utf-8", "replace").split("\n")
+    return next((line for line in lines if line and not line.startswith("#")), "")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", action="append", required=True, help="server to probe (one or two)")
@@ -140,9 +148,7 @@ def main() -> int:
     args = ap.parse_args()
     headers = {}
     if args.api_key_file:
-        with open(args.api_key_file) as fh:
-            key = next((line.strip() for line in fh if line.strip() and not line.startswith("#")), "")
-        headers["Authorization"] = f"Bearer {key}"
+        headers["Authorization"] = f"Bearer {read_key(args.api_key_file)}"
     prompts = json.loads(args.prompts)
     deadline = time.monotonic() + args.timeout
     for url in args.url:
