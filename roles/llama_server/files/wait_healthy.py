@@ -1,58 +1,189 @@
 #!/usr/bin/env python3
 """Wait until a systemd-managed llama-server answers /health, or fail fast when it crashes.
 
-Runs on the managed host with the standard library only. Exit 0 when healthy; 1 with a reason
-(unit failed, restarted, timed out) and the journal tail otherwise.
+Runs on the managed host with the standard library only. Exit 0 when healthy; 1 otherwise, with a one-line
+``reason`` that names the cause (``<unit> exited (exit-code 1): failed to open GGUF file '/x' (Permission
+denied)``), the ``cause`` lines it was taken from and a ``journal`` tail for context.
+
+The journal lines are those of the runs this wait saw: every InvocationID the unit had while polling, matched
+as ``_SYSTEMD_INVOCATION_ID`` (the service's own output) or ``INVOCATION_ID`` (systemd's lines about that run,
+"Failed with result ..."). Neither the unit's current InvocationID nor a ``--since`` timestamp is enough when
+it restarts (Restart=on-failure): by the time the crash is seen the InvocationID and ExecMainStartTimestamp
+may already be those of the next run, whose journal holds no cause yet, and from systemd 254 on an automatic
+restart passes through "failed", so InactiveExitTimestamp moves past the failed run too.
+
+``--unit-file PATH`` polls the host and port of that unit's ExecStart (the known-good unit during a rollback)
+instead of ``--url``.
 """
+
+from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 
+MAX_CAUSE = 5
+JOURNAL_TAIL = 25
+# a line that says why: llama-server's errors and systemd's own lines about the unit
+CAUSE = re.compile(r"\b(errors?|failed|couldn't|cannot|unable|invalid|unknown|permission denied|no such file"
+                   r"|out of memory|exception|terminate)\b", re.I)
+# systemd restating the outcome, which the reason's "(exit-code 1)" already says: a cause only when nothing
+# else is
+ECHO = re.compile(r"^(\S+: )?(Failed with result |Main process exited, |Failed to start |Start request repeated "
+                  r"too quickly|Scheduled restart job|Unit \S+ entered failed state)")
+# llama.cpp's "func: " prefix (after an optional log level, timestamp and "srv  "); "error:" is kept
+PREFIX = re.compile(r"^(?:[IWED] )?(?:[\d.]+ [IWED] )?(?:(?:srv|slot|que|res)\s+)?"
+                    r"(?!(?:error|warning|fatal)\b)[A-Za-z_][\w:]*(?:\(\))?: ")
+UNIT_PREFIX = re.compile(r"^\S+\.service: ")
+ANY_HOST = {"0.0.0.0", "::", "localhost", ""}
 
-def unit_state(unit: str) -> dict:
-    out = subprocess.run(["systemctl", "show", "-p", "ActiveState,SubState,NRestarts,MainPID,Result", unit],
-                         capture_output=True, text=True, check=False).stdout
+
+def select_cause(lines: list[str], limit: int = MAX_CAUSE) -> list[str]:
+    """The lines that say why a run failed, at most ``limit``, in journal order, repeats (restarts) once.
+
+    When there are more, the first is kept with the last ``limit - 1``: llama.cpp logs the innermost error
+    first (``failed to open GGUF file … (Permission denied)``) and each caller adds its own "failed to …".
+    systemd's lines restating the exit (``Failed with result 'exit-code'``) count only when nothing else does.
+    """
+    hits = [line.strip() for line in lines if CAUSE.search(line)]
+    own = [line for line in hits if not ECHO.match(line)]
+    picked = list(dict.fromkeys(reversed(own or hits)))[::-1]  # the last of each repeat, in order
+    if len(picked) > limit:
+        picked = picked[:1] + picked[len(picked) - limit + 1:]
+    return picked
+
+
+def short(line: str) -> str:
+    """A cause line without its logger prefix (``srv    load_model: ``, ``<unit>.service: ``)."""
+    return PREFIX.sub("", UNIT_PREFIX.sub("", line.strip()), count=1)
+
+
+def exit_text(state: dict[str, str]) -> str:
+    """How the main process ended, from ``systemctl show``: ``exit-code 1``, ``signal 9, oom-kill``; "" when
+    systemd already started the next run (its ExecMain* and Result are reset)."""
+    code, status, result = state.get("ExecMainCode", ""), state.get("ExecMainStatus", ""), state.get("Result", "")
+    how = {"1": f"exit-code {status}", "2": f"signal {status}", "3": f"core-dump, signal {status}"}.get(code, "")
+    extra = result if result not in ("", "success", "exit-code", "signal", "core-dump") else ""
+    return ", ".join(part for part in (how, extra) if part)
+
+
+def reason_line(head: str, cause: list[str]) -> str:
+    """One line: what happened, then the cause lines (prefixes dropped), or a pointer to the journal."""
+    return f"{head}: {'; '.join(short(c) for c in cause)}" if cause else f"{head}; the journal names no cause"
+
+
+def unit_url(text: str) -> str:
+    """http://HOST:PORT that a unit file's ExecStart listens on (--host/--port, llama-server's defaults
+    otherwise); 0.0.0.0, :: and localhost are polled on 127.0.0.1, an IPv6 address in brackets."""
+    execs: list[str] = []
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith(("#", ";")):  # a comment, also inside a continued line (systemd ignores it there)
+            continue
+        logical += line[:-1] + " " if line.endswith("\\") else line
+        if line.endswith("\\"):
+            continue
+        if logical.startswith("ExecStart="):
+            execs.append(logical[len("ExecStart="):].strip())
+        logical = ""
+    argv = shlex.split(next((e for e in reversed(execs) if e), ""))
+    if not argv:
+        raise ValueError("the unit file has no ExecStart=")
+    given: dict[str, str] = {}
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if flag in ("--host", "--port"):
+            given[flag] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    host, port = given.get("--host", "127.0.0.1"), given.get("--port", "8080")
+    if not port.isdigit():
+        raise ValueError(f"ExecStart has --port {port!r}, not a number")
+    if host.endswith(".sock"):
+        raise ValueError(f"ExecStart listens on a unix socket ({host}), not on a TCP port")
+    host = "127.0.0.1" if host in ANY_HOST else host
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
+def journal_argv(unit: str, invocations: list[str], since: str, lines: int = 300) -> list[str]:
+    """journalctl for the runs in ``invocations`` (the unit's output and systemd's lines about each run); for
+    a systemd without InvocationID, the unit's lines ``--since``."""
+    argv = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines)]
+    if not invocations:
+        return [*argv, "-u", unit, "--since", since]
+    return [*argv, *(f"_SYSTEMD_INVOCATION_ID={i}" for i in invocations), "+",
+            *(f"INVOCATION_ID={i}" for i in invocations)]
+
+
+def unit_state(unit: str) -> dict[str, str]:
+    out = subprocess.run(["systemctl", "show", "-p", "ActiveState,SubState,NRestarts,MainPID,Result,ExecMainCode,"
+                          "ExecMainStatus,InvocationID", unit], capture_output=True, text=True, check=False).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def journal(unit: str, since: str) -> str:
-    out = subprocess.run(["journalctl", "-u", unit, "--since", since, "-n", "25", "--no-pager", "-o", "cat"],
-                         capture_output=True, text=True, check=False)
-    return out.stdout.strip()
+def journal_lines(unit: str, invocations: list[str], since: str) -> list[str]:
+    def run(argv: list[str]) -> list[str]:
+        out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+        return [line for line in out.splitlines() if line.strip()]
+    # a journald that did not tag the lines with the invocation: the unit's recent lines, as before
+    return run(journal_argv(unit, invocations, since)) or run(journal_argv(unit, [], since))
+
+
+def failure(head: str, unit: str, invocations: list[str], since: str) -> dict[str, object]:
+    lines = journal_lines(unit, invocations, since)
+    cause = select_cause(lines)
+    return {"ok": False, "reason": reason_line(head, cause), "cause": cause,
+            "journal": "\n".join(lines[-JOURNAL_TAIL:])}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--unit", required=True)
-    ap.add_argument("--url", required=True)
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url")
+    where.add_argument("--unit-file", help="poll the host and port of this unit file's ExecStart")
     ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--since", default="-10min")
+    ap.add_argument("--since", default="-10min", help="journal window when systemd gives no InvocationID")
     args = ap.parse_args()
-    start = unit_state(args.unit)
-    restarts0 = int(start.get("NRestarts", "0") or 0)
+    url = args.url
+    if args.unit_file:
+        try:
+            with open(args.unit_file, encoding="utf-8") as fh:
+                url = unit_url(fh.read())
+        except (OSError, ValueError) as exc:
+            print(json.dumps({"ok": False, "reason": f"cannot tell where {args.unit} listens: {exc}", "cause": [],
+                              "journal": ""}))
+            return 1
+    st = unit_state(args.unit)
+    restarts0 = int(st.get("NRestarts", "0") or 0)
+    seen: list[str] = []
     deadline = time.monotonic() + args.timeout
     last = ""
-    while time.monotonic() < deadline:
-        st = unit_state(args.unit)
+    while True:
+        if st.get("InvocationID") and st["InvocationID"] not in seen:
+            seen.append(st["InvocationID"])
         if st.get("ActiveState") == "failed" or int(st.get("NRestarts", "0") or 0) > restarts0:
-            print(json.dumps({"ok": False, "reason": f"{args.unit} crashed ({st})",
-                              "journal": journal(args.unit, args.since)}))
+            head = f"{args.unit} exited ({exit_text(st) or 'systemd restarted it'})"
+            print(json.dumps({**failure(head, args.unit, seen, args.since), "url": url}))
             return 1
+        if time.monotonic() >= deadline:
+            break
         try:
-            with urllib.request.urlopen(args.url + "/health", timeout=5) as resp:
+            with urllib.request.urlopen(url + "/health", timeout=5) as resp:
                 if resp.status == 200:
-                    print(json.dumps({"ok": True, "state": st}))
+                    print(json.dumps({"ok": True, "state": st, "url": url}))
                     return 0
         except (urllib.error.URLError, OSError) as exc:
             last = str(exc)
         time.sleep(1)
-    print(json.dumps({"ok": False, "reason": f"no healthy answer within {args.timeout:.0f}s ({last})",
-                      "journal": journal(args.unit, args.since)}))
+        st = unit_state(args.unit)
+    head = f"{args.unit} gave no healthy answer on {url} within {args.timeout:.0f}s{f' ({last})' if last else ''}"
+    print(json.dumps({**failure(head, args.unit, seen, args.since), "url": url}))
     return 1
 
 
