@@ -28,6 +28,7 @@ from specops.capabilities import Capabilities, parse_help, parse_version
 from specops.deploycheck import check_host, check_inputs, is_loopback, verify_problems
 from specops.devices import device_problem
 from specops.fetch import catalog
+from specops.knobs import knob
 from specops.probe import summarize_probe
 from specops.profile import ProfileError, ServerProfile
 from specops.speedgate import SpeedGateError, judge, message, mode_from_fit
@@ -90,6 +91,11 @@ def specops_host_problems(facts: dict, host: str, key_file: str, ports: dict, ou
     llama-server reads them), the ports, and whether the service user can read the models."""
     return check_host(dict(facts), host, str(key_file or ""), {k: int(v) for k, v in dict(ports).items()},
                       list(our_units))
+
+
+def specops_knob_flags(name: str) -> list[str]:
+    """Every spelling of one llama-server setting (the knob table), for host scripts that read a command line."""
+    return list(knob(name).own_spellings)
 
 
 def specops_is_loopback(host: str) -> bool:
@@ -201,5 +207,6 @@ class FilterModule:
             "specops_model_file": specops_model_file,
             "specops_device_problem": specops_device_problem,
             "specops_speed_gate": specops_speed_gate,
+            "specops_knob_flags": specops_knob_flags,
             "specops_gate_mode": specops_gate_mode,
         }

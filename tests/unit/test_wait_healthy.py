@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from specops.knobs import knob
+
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures" / "llama-server-0c1e57098"
 UNIT = "llama-server-speculative"
@@ -30,6 +32,9 @@ def _load() -> ModuleType:
 
 
 wh = _load()
+# the spellings the role passes from the knob table (--host-flag / --port-flag)
+FLAGS = (list(knob("host").own_spellings), list(knob("port").own_spellings))
+CLI_FLAGS = [f"--host-flag={f}" for f in FLAGS[0]] + [f"--port-flag={f}" for f in FLAGS[1]]
 
 # `journalctl -o cat` of one start: llama-server's startup (a GGUF key named unknown_token_id is not a cause),
 # then the unreadable model, then systemd's own lines about the run
@@ -150,8 +155,8 @@ def test_the_journal_is_that_of_the_runs_watched() -> None:
 
 def test_the_committed_unit_is_polled_on_its_own_port() -> None:
     text = (REPO / "configs" / "llama-server-speculative.service").read_text()
-    assert wh.unit_url(text) == "http://127.0.0.1:8080"
-    assert wh.unit_url((REPO / "configs" / "llama-server-baseline.service").read_text()) == "http://127.0.0.1:8081"
+    assert wh.unit_url(text, *FLAGS) == "http://127.0.0.1:8080"
+    assert wh.unit_url((REPO / "configs" / "llama-server-baseline.service").read_text(), *FLAGS) == "http://127.0.0.1:8081"
 
 
 @pytest.mark.parametrize("execstart,url", [
@@ -160,21 +165,22 @@ def test_the_committed_unit_is_polled_on_its_own_port() -> None:
     ("/bin/llama-server --host localhost --port=8091", "http://127.0.0.1:8091"),
     ("/bin/llama-server --host=10.0.0.5 --port 8092", "http://10.0.0.5:8092"),
     ('/bin/llama-server --alias "a b" --host ::1 --port 8093', "http://[::1]:8093"),
-    ("/bin/llama-server --model /m.gguf", "http://127.0.0.1:8080"),  # llama-server's defaults
+    ("/bin/llama-server --model /m.gguf --port 8094", "http://127.0.0.1:8094"),  # llama-server's default host
 ])
 def test_unit_url(execstart: str, url: str) -> None:
-    assert wh.unit_url(f"[Service]\nType=exec\nExecStart={execstart}\nRestart=on-failure\n") == url
+    assert wh.unit_url(f"[Service]\nType=exec\nExecStart={execstart}\nRestart=on-failure\n", *FLAGS) == url
 
 
 @pytest.mark.parametrize("text,message", [
     ("[Service]\nType=exec\n", "no ExecStart"),
     ("[Service]\nExecStart=/bin/llama-server --port http\n", "not a number"),
+    ("[Service]\nExecStart=/bin/llama-server --model /m.gguf\n", "no port"),
     ("[Service]\nExecStart=/bin/llama-server --host /run/llama.sock\n", "unix socket"),
     ('[Service]\nExecStart=/bin/llama-server --alias "open\n', "quotation"),
 ])
 def test_unit_url_refuses(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        wh.unit_url(text)
+        wh.unit_url(text, *FLAGS)
 
 
 # ---------------------------------------------------------------------------------- main(), systemd faked
@@ -251,12 +257,14 @@ def test_the_rollback_polls_the_port_of_the_unit_it_restored(monkeypatch, capsys
     unit = tmp_path / f"{UNIT}.service"
     unit.write_text(f"[Service]\nExecStart=/bin/llama-server \\\n    --host 0.0.0.0 \\\n    --port {health_server}\n")
     active = {"ActiveState": "active", "NRestarts": "0", "InvocationID": "ccc"}
-    rc, out = _main(monkeypatch, capsys, FakeHost([active], []), "--unit-file", str(unit), "--timeout", "30")
+    rc, out = _main(monkeypatch, capsys, FakeHost([active], []), "--unit-file", str(unit), "--timeout", "30",
+                    *CLI_FLAGS)
     assert rc == 0 and out["url"] == f"http://127.0.0.1:{health_server}"
 
 
 def test_an_unreadable_unit_file_fails_at_once(monkeypatch, capsys, tmp_path) -> None:
-    rc, out = _main(monkeypatch, capsys, FakeHost([{}], []), "--unit-file", str(tmp_path / "missing.service"))
+    rc, out = _main(monkeypatch, capsys, FakeHost([{}], []), "--unit-file", str(tmp_path / "missing.service"),
+                    *CLI_FLAGS)
     assert rc == 1 and out["reason"].startswith(f"cannot tell where {UNIT} listens: ")
 
 

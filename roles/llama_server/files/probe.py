@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -129,7 +128,7 @@ def prove(args: argparse.Namespace, headers: dict) -> int:
     left = args.busy_deadline - (time.monotonic() - t0) if args.busy_deadline > 0 else 600
     try:
         answer = completion(args.url, headers, args.prompt, args.tokens, max(left, 5.0))
-    except (socket.timeout, TimeoutError, urllib.error.URLError) as exc:
+    except (TimeoutError, urllib.error.URLError) as exc:
         if args.busy_deadline <= 0 or getattr(exc, "code", None) == 401:
             raise
         out.update(source="unproven", reason=f"probe got no answer within {args.busy_deadline:g} s ({exc})",

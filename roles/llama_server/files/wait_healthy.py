@@ -78,9 +78,10 @@ def reason_line(head: str, cause: list[str]) -> str:
     return f"{head}: {'; '.join(short(c) for c in cause)}" if cause else f"{head}; the journal names no cause"
 
 
-def unit_url(text: str) -> str:
-    """http://HOST:PORT that a unit file's ExecStart listens on (--host/--port, llama-server's defaults
-    otherwise); 0.0.0.0, :: and localhost are polled on 127.0.0.1, an IPv6 address in brackets."""
+def unit_url(text: str, host_flags: list[str], port_flags: list[str], default_host: str = "127.0.0.1") -> str:
+    """http://HOST:PORT that a unit file's ExecStart listens on (the host and port options, spelled as the role's
+    knob table says and passed in; llama-server's default host otherwise; the deploy always writes the port);
+    0.0.0.0, :: and localhost are polled on 127.0.0.1, an IPv6 address in brackets."""
     execs: list[str] = []
     logical = ""
     for raw in text.splitlines():
@@ -99,13 +100,14 @@ def unit_url(text: str) -> str:
     given: dict[str, str] = {}
     for i, word in enumerate(argv):
         flag, eq, value = word.partition("=")
-        if flag in ("--host", "--port"):
-            given[flag] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-    host, port = given.get("--host", "127.0.0.1"), given.get("--port", "8080")
-    if not port.isdigit():
-        raise ValueError(f"ExecStart has --port {port!r}, not a number")
+        if flag in host_flags or flag in port_flags:
+            following = argv[i + 1] if i + 1 < len(argv) else ""
+            given["host" if flag in host_flags else "port"] = value if eq else following
+    host, port = given.get("host", default_host), given.get("port", "")
     if host.endswith(".sock"):
         raise ValueError(f"ExecStart listens on a unix socket ({host}), not on a TCP port")
+    if not port.isdigit():
+        raise ValueError(f"ExecStart has no port or a port that is not a number ({port!r})")
     host = "127.0.0.1" if host in ANY_HOST else host
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
@@ -149,12 +151,14 @@ def main() -> int:
     where.add_argument("--unit-file", help="poll the host and port of this unit file's ExecStart")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--since", default="-10min", help="journal window when systemd gives no InvocationID")
+    ap.add_argument("--host-flag", action="append", default=[], help="with --unit-file: a spelling of the host option")
+    ap.add_argument("--port-flag", action="append", default=[], help="with --unit-file: a spelling of the port option")
     args = ap.parse_args()
     url = args.url
     if args.unit_file:
         try:
             with open(args.unit_file, encoding="utf-8") as fh:
-                url = unit_url(fh.read())
+                url = unit_url(fh.read(), args.host_flag, args.port_flag)
         except (OSError, ValueError) as exc:
             print(json.dumps({"ok": False, "reason": f"cannot tell where {args.unit} listens: {exc}", "cause": [],
                               "journal": ""}))
