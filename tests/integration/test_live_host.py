@@ -1,0 +1,250 @@
+"""Deploying onto a live host (issue 31), on the lab host with a client streaming completions throughout each
+deploy: a changed deploy cuts no answer mid-stream (it drains the slots, then restarts) and its unavoidable
+model-load window is measured; the speed gate under that load never reverses the idle verdict (SmolLM2 drafting
+for itself loses: under load the gate says "loses" or "unproven", never "pays"); a deploy interrupted at each of
+its unit-swap steps converges on the re-run: the host ends running exactly the unit on disk, proven.
+
+Each case prints one row of the note's table (run with -s): case | message | seconds | answers cut mid-stream |
+requests refused while the new model loaded (window) | failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import lab
+from tests.integration.test_deploy import PROFILE, UNIT, deploy
+
+pytestmark = [pytest.mark.integration, pytest.mark.systemd]
+
+STOP_FILE = "/run/specops-live-stream.stop"
+# one streamed answer after another (a real client's short pause between them), each ~2-4 s on SmolLM2 here;
+# a record per request: whether it finished, how many pieces it got before it ended
+STREAM = r"""
+import json, os, sys, time, urllib.request
+stop, n = sys.argv[1], int(sys.argv[2])
+while not os.path.exists(stop):
+    t0, pieces = time.time(), 0
+    try:
+        body = json.dumps({"prompt": "Write a long story about a lighthouse keeper and the sea:", "n_predict": n,
+                           "stream": True, "temperature": 0, "cache_prompt": False, "ignore_eos": True}).encode()
+        req = urllib.request.Request("http://127.0.0.1:8080/completion", data=body,
+                                     headers={"Content-Type": "application/json"})
+        done = False
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            for line in resp:
+                if line.startswith(b"data: "):
+                    pieces += 1
+                    done = done or bool(json.loads(line[6:]).get("stop"))
+        print(json.dumps({"ok": done, "pieces": pieces, "start": t0, "end": time.time()}), flush=True)
+    except Exception as exc:
+        print(json.dumps({"ok": False, "pieces": pieces, "error": repr(exc)[:200], "start": t0, "end": time.time()}),
+              flush=True)
+    time.sleep(0.2)
+"""
+
+
+class Stream:
+    """Streams answers from the service inside the host until stopped; sorts what happened to each request."""
+
+    def __init__(self, labhost, tokens: int = 96) -> None:
+        self.labhost, self.tokens = labhost, tokens
+        self.records: list[dict] = []
+        self._cond = threading.Condition()
+
+    def __enter__(self) -> Stream:
+        self.labhost.run(["rm", "-f", STOP_FILE])
+        self.proc = subprocess.Popen(self.labhost.host.nsenter_argv(["python3", "-c", STREAM, STOP_FILE,
+                                                                     str(self.tokens)]),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        self.wait_ok(1, after=0)
+        return self
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            with self._cond:
+                self.records.append(record)
+                self._cond.notify_all()
+
+    def wait_ok(self, count: int, after: float, timeout: float = 300) -> None:
+        """Wait until ``count`` answers that started after ``after`` (epoch s) finished whole."""
+        with self._cond:
+            done = self._cond.wait_for(
+                lambda: len([r for r in self.records if r["ok"] and r["start"] >= after]) >= count, timeout=timeout)
+        assert done, f"the stream completed no answer in {timeout} s: {self.records[-3:]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.labhost.run(["touch", STOP_FILE])
+        try:
+            self.proc.wait(timeout=300)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+    @property
+    def cut(self) -> list[dict]:
+        """Answers that had begun and were cut before their end."""
+        return [r for r in self.records if not r["ok"] and r["pieces"] > 0]
+
+    @property
+    def refused(self) -> list[dict]:
+        """Requests that got no answer at all (the server was stopping, loading, or not listening)."""
+        return [r for r in self.records if not r["ok"] and r["pieces"] == 0]
+
+    def window(self) -> float:
+        """The longest outage: seconds from the start of the first of a run of refused requests (one after the
+        other, no answer between them) to the end of its last (0 when none)."""
+        longest, run = 0.0, []
+        for record in [*self.records, {"ok": True, "pieces": 1}]:
+            if not record["ok"] and record["pieces"] == 0:
+                run.append(record)
+                continue
+            if run:
+                longest = max(longest, run[-1]["end"] - run[0]["start"])
+            run = []
+        return round(longest, 1)
+
+
+ROWS: list[str] = []
+
+
+def row(case: str, message: str, seconds: float, stream: Stream, failed: bool) -> None:
+    line = (f"| {case} | {message[:160]} | {seconds:.0f} s | {len(stream.cut)} | {len(stream.refused)} "
+            f"({stream.window():.1f} s) | {'yes' if failed else 'no'} |")
+    ROWS.append(line)
+    print("\nLIVE " + line)
+
+
+def running_cmdline(labhost) -> str:
+    pid = labhost.run(["systemctl", "show", "-p", "MainPID", "--value", UNIT]).stdout.strip()
+    return labhost.run(["sh", "-c", f"tr '\\0' ' ' < /proc/{pid}/cmdline"]).stdout
+
+
+def need_reload(labhost) -> str:
+    return labhost.run(["systemctl", "show", "-p", "NeedDaemonReload", "--value", UNIT]).stdout.strip()
+
+
+def line_after(text: str, task: str) -> str:
+    """The message a task printed (whitespace-folded run text)."""
+    match = re.search(re.escape(task) + r"\] \**\s*ok: \[[^\]]+\] => \s*msg: (.*?) (?:TASK \[|PLAY RECAP)", text)
+    return match.group(1).strip(" '") if match else ""
+
+
+@pytest.fixture(scope="module")
+def live(labhost, llama_build):
+    run = deploy(labhost, "-e", "llama_server_speed_gate=off")
+    assert run.rc == 0, run.output[-6000:]
+    yield
+    restore = deploy(labhost)
+    assert restore.rc == 0, restore.output[-6000:]
+
+
+def test_a_changed_deploy_cuts_no_answer_mid_stream(live, labhost):
+    with Stream(labhost) as stream:
+        t0 = time.monotonic()
+        run = deploy(labhost, "-e", "llama_server_speed_gate=off", "-e", "llama_server_ctx_size=1536")
+        seconds = time.monotonic() - t0
+        stream.wait_ok(2, after=time.time())
+    drained = line_after(run.text, "Drain result")
+    row("changed deploy (ctx 2048 → 1536)", drained, seconds, stream, run.rc != 0)
+    assert run.rc == 0, run.output[-4000:]
+    assert "--ctx-size 1536" in running_cmdline(labhost)
+    assert drained.startswith("Restarted") and "when its slots were idle" in drained, drained
+    assert stream.cut == [], stream.cut
+
+
+def test_the_gate_under_load_never_reverses_the_idle_verdict(live, labhost):
+    """SmolLM2 drafting for itself loses on an idle host (test_deploy's fallback test); with a client streaming
+    on the service the whole time, the gate says so or says it cannot tell -- it never says speculation pays."""
+    with Stream(labhost) as stream:
+        t0 = time.monotonic()
+        run = deploy(labhost, "-e", "llama_server_speed_gate=fallback", "-e", "llama_server_speed_gate_refresh=true",
+                     "-e", "llama_server_speed_gate_idle_timeout=45")
+        seconds = time.monotonic() - t0
+        stream.wait_ok(1, after=time.time())
+    gate = line_after(run.text, "Speed gate - what it measured")
+    row("speed gate under load", gate, seconds, stream, run.rc != 0)
+    assert run.rc == 0, run.output[-4000:]
+    record = json.loads(labhost.run(["cat", "/etc/specops/speed-gate.json"]).stdout)
+    assert record["verdict"] in ("loses", "unproven"), record
+    assert record["serving"] == "plain" and "--spec-type none" in running_cmdline(labhost), record
+    assert stream.cut == [], stream.cut
+
+
+# the unit-swap steps: the banner printed right after each one completed
+SWAP_STEPS = {
+    "after the unit file was installed": "TASK [llama_server : Reload systemd]",
+    "after systemd reloaded it": "TASK [llama_server : Does the running process run the unit on disk?",
+    "after the restart, before the proof": "TASK [llama_server : Drain result]",
+}
+
+
+def interrupted_deploy(labhost, banner: str, *extra: str) -> tuple[int, str]:
+    """deploy.yml (as test_deploy.deploy runs it), sent SIGINT (an operator's Ctrl-C) the moment ``banner`` is
+    printed."""
+    cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "deploy.yml", "-i", "inventory/builder.yml",
+           "-i", str(labhost.inventory), "-e", f"@{PROFILE}", "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}",
+           *extra]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(lab.REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    proc = subprocess.Popen(cmd, cwd=lab.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    out, sent = [], False
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        out.append(line)
+        if not sent and line.startswith(banner):
+            proc.send_signal(signal.SIGINT)
+            sent = True
+    proc.wait(timeout=600)
+    assert sent, "".join(out)[-3000:]
+    return proc.returncode, "".join(out)
+
+
+@pytest.mark.parametrize("step", list(SWAP_STEPS))
+def test_an_interrupted_deploy_converges_on_the_re_run(live, labhost, step):
+    current = re.search(r"--ctx-size (\d+)", running_cmdline(labhost))
+    assert current
+    target = "1024" if current.group(1) != "1024" else "2048"
+    args = ("-e", "llama_server_speed_gate=off", "-e", f"llama_server_ctx_size={target}")
+    with Stream(labhost) as stream:
+        t0 = time.monotonic()
+        rc, _ = interrupted_deploy(labhost, SWAP_STEPS[step], *args)
+        assert rc != 0
+        again = deploy(labhost, *args)
+        seconds = time.monotonic() - t0
+        stream.wait_ok(1, after=time.time())
+    converge = line_after(again.text, "The running process does not run the unit on disk - restart to converge")
+    row(f"interrupted {step}, re-run", converge[-150:] or "(no restart needed)", seconds, stream, again.rc != 0)
+    assert again.rc == 0, again.output[-4000:]
+    unit = labhost.run(["cat", f"/etc/systemd/system/{UNIT}.service"]).stdout
+    assert f"--ctx-size {target}" in unit and f"--ctx-size {target} " in running_cmdline(labhost) + " "
+    assert need_reload(labhost) == "no"
+    assert re.search(r"answers and speculates: [1-9]", again.text), again.text[-3000:]
+    known_good = labhost.run(["cat", f"/etc/specops/known-good/{UNIT}.service"]).stdout
+    assert known_good == unit
+    if step != "after the restart, before the proof":
+        assert "restart to converge" in again.text or "Drain result" in again.text, again.text[-3000:]
+    assert stream.cut == [], stream.cut
+
+
+def test_live_host_table(live):
+    """The rows collected above, for the note."""
+    print("\n| case | message | seconds | cut mid-answer | refused (window) | failed |")
+    for line in ROWS:
+        print(line)
+    assert ROWS
