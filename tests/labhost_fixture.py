@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import pytest
 
-from specops.labhost import LabError, LabHost
+from specops_lab.labhost import LabError, LabHost
 
 DEFAULT_NAME = "specops-test"
 T = TypeVar("T")

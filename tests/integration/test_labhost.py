@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specops import labhost as lh
+from specops_lab import labhost as lh
 
 # Same module object as when tests/conftest.py lists it: pytest registers a plugin once by name.
 pytest_plugins = ["tests.labhost_fixture"]
@@ -89,8 +89,10 @@ def test_cli_refuses_non_root_clearly(tmp_path: Path) -> None:
 
 
 def test_status_of_absent_host(tmp_path: Path) -> None:
-    env = {**os.environ, "SPECOPS_CACHE": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "specops.labhost", "status", "nothing-here"],
+    # lab/ is on pytest's sys.path (pyproject), not on a child's: pass it as scripts/labhost does
+    path = os.pathsep.join(p for p in (str(REPO / "lab"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "SPECOPS_CACHE": str(tmp_path), "PYTHONPATH": path}
+    proc = subprocess.run([sys.executable, "-m", "specops_lab.labhost", "status", "nothing-here"],
                           capture_output=True, text=True, env=env)  # fmt: skip
     assert proc.returncode == 4 and "absent" in proc.stdout
 
