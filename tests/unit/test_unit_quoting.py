@@ -61,7 +61,7 @@ def render(root: Path, models_dir: Path, binary: Path, key_file: Path, alias: st
     argv = [str(binary), "--model", str(models_dir / "model.gguf"), "--alias", alias,
             "--api-key-file", ROLE_VARS["llama_server_api_key_credential_arg"], "--spec-type", "draft-simple"]
     variables = {**ROLE_VARS, "ansible_managed": "test", "llama_server_backend": "cpu",
-                 "_sandbox": ROLE_VARS["llama_server_backend_sandbox"]["cpu"],
+                 "_llama_server_sandbox": ROLE_VARS["llama_server_backend_sandbox"]["cpu"],
                  "llama_server_models_dir": str(models_dir), "llama_server_api_key_file": str(key_file),
                  "llama_server_environment": {"SPECOPS_HOSTILE": env_value, "GGML_CPU_TILED_MM": "0"},
                  "_unit": {"argv": argv, "build_id": "test", "description": description}}
