@@ -100,7 +100,7 @@ def _exposure_problems(values: dict[str, Any], problems: list[str]) -> list[str]
         if name in reported or port is None or isinstance(port, bool) or not _INT.match(str(port).strip()):
             continue
         if int(port) < 1024:
-            found.append(f"{name}={port!r}: below 1024, and the unit's {SERVICE_USER} has no capability to bind it "
+            found.append(f"{name}={port!r}: below 1024, and {SERVICE_USER} has no capability to bind it "
                          f"(llama-server would fail with permission denied); pick a port of 1024 or more (e.g. "
                          f"{8080 if name == 'llama_server_port' else 8081}) or set "
                          "llama_server_bind_privileged_port: true (grants the unit CAP_NET_BIND_SERVICE)")

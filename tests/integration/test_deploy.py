@@ -46,7 +46,8 @@ def completion(labhost, prompt: str = "The capital of France is", n: int = 16) -
 
 @pytest.fixture(scope="module")
 def deployed(labhost, llama_build):
-    run = deploy(labhost)
+    # refresh: a reused host (SPECOPS_LAB_KEEP=1) may hold a record for this very unit; a fresh one measures anyway
+    run = deploy(labhost, "-e", "llama_server_speed_gate_refresh=true")
     assert run.rc == 0, run.output[-6000:]
     return run
 

@@ -190,7 +190,7 @@ def test_a_bad_opt_in_value_is_reported_as_such():
 def test_privileged_port_without_the_capability_is_refused(name, port):
     problems = check_inputs({name: port}, SPECS)
     example = 8080 if name == "llama_server_port" else 8081
-    assert problems == [f"{name}={port!r}: below 1024, and the unit's the service user (systemd DynamicUser) has no "
+    assert problems == [f"{name}={port!r}: below 1024, and the service user (systemd DynamicUser) has no "
                         f"capability to bind it (llama-server would fail with permission denied); pick a port of "
                         f"1024 or more (e.g. {example}) or set llama_server_bind_privileged_port: true (grants the "
                         "unit CAP_NET_BIND_SERVICE)"]

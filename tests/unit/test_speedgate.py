@@ -157,3 +157,15 @@ def test_idle_verdicts_stand_on_narrow_intervals() -> None:
     p = probe({SPEC: [6.0, 6.3, 5.8, 6.1], PLAIN: [12.0, 12.2, 11.9, 12.1]})
     r = judge(p, p, SPEC, PLAIN)
     assert r["verdict"] == "loses" and r["ratio_high"] / r["ratio_low"] < 1.5
+
+
+def test_the_exporter_publishes_nothing_from_an_unproven_record_and_says_why(tmp_path, caplog) -> None:
+    p = probe({SPEC: [16.0, 17.0, 16.5, 16.4], PLAIN: [1.2, 9.0, 2.5, 5.0]})
+    record = judge(p, p, SPEC, PLAIN)
+    assert record["verdict"] == "unproven" and record["plain_tps"] > 0
+    path = tmp_path / "speed-gate.json"
+    path.write_text(json.dumps(record))
+    assert parse(record) is None
+    with caplog.at_level("INFO"):
+        assert SpeedGateFile(str(path)).read() is None
+    assert "unproven" in caplog.text and "not a valid record" not in caplog.text

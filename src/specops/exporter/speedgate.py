@@ -44,7 +44,7 @@ def parse(data: Any, mtime: float = 0.0) -> SpeedGate | None:
     if not numbers.get("plain_tps") or not numbers.get("speculative_tps"):
         return None
     labels = {k: str(data.get(k, "")) for k in _LABELS}
-    if labels["verdict"] not in ("pays", "loses"):
+    if labels["verdict"] not in ("pays", "loses"):  # "unproven" included: its figures are not a measurement
         return None
     return SpeedGate(numbers, labels, mtime)
 
@@ -69,12 +69,19 @@ class SpeedGateFile:
         if mtime == self._mtime:
             return self._cached
         self._mtime = mtime
+        data: Any = None
         try:
             with open(self.path, encoding="utf-8") as fh:
-                self._cached = parse(json.load(fh), mtime)
+                data = json.load(fh)
+            self._cached = parse(data, mtime)
         except (OSError, ValueError):
             self._cached = None
-        if self._cached is None and not self._warned:
+        if isinstance(data, dict) and data.get("verdict") == "unproven":
+            # the gate could not measure cleanly (traffic, noise): a valid record with no figures to stand on
+            log.info("speed gate record %s: unproven (%s): no speed-gate series until it is measured again",
+                     self.path, data.get("unproven_because", "?"))
+            self._warned = False
+        elif self._cached is None and not self._warned:
             log.warning("speed gate record %s is not a valid record: its series are left out", self.path)
             self._warned = True
         elif self._cached is not None:
