@@ -168,7 +168,8 @@ def specops_device_problem(run: dict, backend: str) -> str:
 
 def specops_speed_gate(spec_probe: dict, plain_probe: dict, spec_url: str, plain_url: str, min_ratio: float = 1.0,
                        action: str = "fallback", service: str = "the service", draft_n_max: int | None = None,
-                       mode: str = "side by side", parallel: int | None = None, max_spread: float = 1.5) -> dict:
+                       mode: str = "side by side", parallel: int | None = None, max_spread: float = 1.5,
+                       saturation: dict | None = None) -> dict:
     """Judge the speed probes: ratio, interval, verdict (pays | loses | unproven), the line to print, the
     break-even."""
     try:
@@ -176,7 +177,8 @@ def specops_speed_gate(spec_probe: dict, plain_probe: dict, spec_url: str, plain
                     int(draft_n_max) if draft_n_max not in (None, "") else None, mode, float(max_spread))
     except SpeedGateError as exc:
         raise AnsibleFilterError(f"speed gate: {exc}") from exc
-    out["message"] = message(out, action, service, int(parallel) if parallel not in (None, "") else None)
+    out["message"] = message(out, action, service, int(parallel) if parallel not in (None, "") else None,
+                             saturation or None)
     return out
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from specops.bench.stats import geomean_ratio_ci, mean
 from specops.knobs import knob
+from specops.soak.saturation_report import at_concurrency
 
 DECISIONS = ("fallback", "warn", "fail", "off")
 VERDICTS = ("pays", "loses", "unproven")
@@ -115,17 +116,21 @@ def break_even(n_tokens: int, drafted: int, accepted: int, ratio: float, n_max: 
     return round(max(0.0, (round_cost - 1.0) / per_round), 4)
 
 
-def concurrency_note(parallel: int | None) -> str:
-    """What a one-request-at-a-time measurement does not say for a service with several slots."""
+def concurrency_note(parallel: int | None, saturation: Mapping[str, Any] | None = None) -> str:
+    """What a one-request-at-a-time measurement does not say for a service with several slots, and what this
+    host's saturation run (``llama_server_saturation_report``) says at its N where there is one."""
     if not parallel or int(parallel) <= 1:
         return ""
-    return (f" Measured one request at a time; this service runs {knob('parallel').flag} {int(parallel)}, where "
-            "several slots "
-            "share the machine and speculation's gain shrinks: run `specops saturate` on this host "
-            "(reports/saturation-*.md) before relying on it.")
+    head = f" Measured one request at a time; this service runs {knob('parallel').flag} {int(parallel)}"
+    if saturation:
+        return f"{head}: {at_concurrency(dict(saturation), int(parallel))}"
+    return (f"{head}, where several slots share the machine and speculation's gain shrinks: run `specops saturate` "
+            "on this host (reports/saturation-*.md) and deploy with llama_server_saturation_report set to its "
+            "JSON before relying on it.")
 
 
-def message(result: Mapping[str, Any], action: str, service: str, parallel: int | None = None) -> str:
+def message(result: Mapping[str, Any], action: str, service: str, parallel: int | None = None,
+            saturation: Mapping[str, Any] | None = None) -> str:
     """The line the deploy prints."""
     lo, hi = result.get("ratio_low"), result.get("ratio_high")
     ci = f" [{lo:.2f}–{hi:.2f}]" if lo is not None and hi is not None else ""
@@ -138,7 +143,7 @@ def message(result: Mapping[str, Any], action: str, service: str, parallel: int 
     if result["verdict"] == "unproven":
         return f"{head}: UNPROVEN — {result['unproven_because']}; {unproven_action(action, service)}"
     if result["verdict"] == "pays":
-        return f"{head}: speculation pays on this host; {service} keeps it.{concurrency_note(parallel)}"
+        return f"{head}: speculation pays on this host; {service} keeps it.{concurrency_note(parallel, saturation)}"
     todo = ("run `specops bench` on this host to find a setting that pays (reports/speculative_benchmark.md), "
             "or set llama_server_spec_type: none")
     if action == "fallback":

@@ -169,3 +169,35 @@ def test_the_exporter_publishes_nothing_from_an_unproven_record_and_says_why(tmp
     with caplog.at_level("INFO"):
         assert SpeedGateFile(str(path)).read() is None
     assert "unproven" in caplog.text and "not a valid record" not in caplog.text
+
+
+SATURATION = {"run_id": "20261124T225124Z", "levels": [
+    {"level": 1, "block_ratios": [0.57, 0.6], "ratio_geomean": 0.58},
+    {"level": 2, "block_ratios": [0.58, 0.6], "ratio_geomean": 0.59},
+    {"level": 4, "block_ratios": [0.9, 1.1], "ratio_geomean": 1.0}]}
+
+
+def test_a_pass_for_several_slots_quotes_the_hosts_saturation_run_at_that_n() -> None:
+    p = probe({SPEC: [18.0, 19.0, 17.0], PLAIN: [12.0, 12.5, 11.5]})
+    r = judge(p, p, SPEC, PLAIN)
+    line = message(r, "fallback", "svc", parallel=2, saturation=SATURATION)
+    assert "keeps it" in line and "saturation run 20261124T225124Z: at N=2 speculation LOSES (0.59×" in line
+    assert "neither pays nor loses" in message(r, "fallback", "svc", parallel=4, saturation=SATURATION)
+    assert "did not measure N=3 (N=1, N=2, N=4)" in message(r, "fallback", "svc", parallel=3, saturation=SATURATION)
+    assert "saturation" not in message(r, "fallback", "svc", parallel=1, saturation=SATURATION)
+    assert "llama_server_saturation_report" in message(r, "fallback", "svc", parallel=2)
+
+
+def test_the_bench_header_uses_the_saturation_run_beside_its_report(tmp_path) -> None:
+    from specops.bench.inventory import header_for, latest_saturation
+
+    assert latest_saturation(tmp_path) is None
+    assert "run `specops saturate`" in header_for("spec-n4", "why", "rule", "r.md", None)
+    (tmp_path / "saturation-20261101T000000Z.json").write_text(json.dumps({**SATURATION, "run_id": "old"}))
+    (tmp_path / "saturation-20261124T225124Z.json").write_text(json.dumps(SATURATION))
+    (tmp_path / "saturation-20261125T000000Z.json").write_text("{not json")
+    found = latest_saturation(tmp_path)
+    assert found and found[1]["run_id"] == "20261124T225124Z"
+    head = header_for("spec-n4", "why", "rule", "r.md", found)
+    assert "saturation-20261124T225124Z.json" in head and "llama_server_saturation_report" in head
+    assert "Mixed or unsettled" in head

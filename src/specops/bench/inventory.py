@@ -8,6 +8,7 @@ changes even when the inventory lives elsewhere.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 
 from specops.knobs import bench_knobs
+from specops.soak.saturation_report import meaning
 
 DEFAULT_VARS_FILE = Path("inventory/group_vars/llama_servers/speculative.yml")
 
@@ -71,14 +73,33 @@ def write_vars(path: Path, variables: Mapping[str, Any], header: str) -> Path:
     return path
 
 
-def header_for(arm: str, reason: str, rule: str, report: str) -> str:
-    return (
+def latest_saturation(reports_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest ``saturation-*.json`` beside the bench report (``specops saturate`` on this host), if any."""
+    for path in sorted(reports_dir.glob("saturation-*.json"), reverse=True):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("levels"):
+            return path, data
+    return None
+
+
+def header_for(arm: str, reason: str, rule: str, report: str,
+               saturation: tuple[Path, dict[str, Any]] | None = None) -> str:
+    head = (
         f"Written by `specops bench` on {time.strftime('%Y-%m-%d %H:%M:%S')} — do not edit by hand;\n"
         f"re-run the bench instead. Recommended arm: {arm} (rule '{rule}').\n{reason}\nEvidence: {report}\n"
         "Measured with one request at a time (one server slot). For a service with llama_server_parallel > 1 this\n"
-        "says nothing about concurrency: run `specops saturate` (reports/saturation-*.md) at that N first; the\n"
-        "deploy's speed gate says the same when it passes a speculative setting to a service with several slots."
     )
+    if saturation is None:
+        return head + (
+            "says nothing about concurrency: run `specops saturate` (reports/saturation-*.md) at that N first; the\n"
+            "deploy's speed gate says the same when it passes a speculative setting to a service with several slots.")
+    path, data = saturation
+    return head + (f"is not the answer; the saturation run on this host is ({path}):\n{meaning(data)}\n"
+                   f"Deploy with llama_server_saturation_report: {path} and the speed gate quotes it at the "
+                   "service's N.")
 
 
 def apply(vars_file: Path, playbook: Path, inventory: Path | list[Path] | None,

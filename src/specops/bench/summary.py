@@ -12,7 +12,7 @@ from specops.bench import report
 from specops.bench.analysis import ALL, ArmWorkload, analyse, replay_design
 from specops.bench.arms import BASELINE
 from specops.bench.design import Design
-from specops.bench.inventory import header_for, inventory_vars, write_vars
+from specops.bench.inventory import header_for, inventory_vars, latest_saturation, write_vars
 from specops.bench.recommend import Gate, Pick, recommend
 from specops.bench.store import ResultStore
 
@@ -128,7 +128,8 @@ def build(
         if d.get("draft") not in (None, "draft"):
             derived = (plan.get("derived_drafts") or {}).get(d["draft"], {}).get("path")
         variables = inventory_vars(d, plan.get("threads"), plan.get("draft_threads"), derived)
-        written = write_vars(vars_file, variables, header_for(deploy.arm, deploy.reason, rule, str(report_path)))
+        written = write_vars(vars_file, variables, header_for(deploy.arm, deploy.reason, rule, str(report_path),
+                                                              latest_saturation(report_path.parent)))
         vars_text = written.read_text().split("\n", 1)[1]
     rel = lambda p: os.path.relpath(p, report_path.parent)  # noqa: E731
     md = report.markdown(

@@ -21,16 +21,35 @@ def _f(v: Any, nd: int = 1, scale: float = 1.0) -> str:
     return str(v)
 
 
-def meaning(data: dict[str, Any]) -> str:
-    """One sentence for a user: at which N speculation stops paying on this host, and what the deploy should do.
-
-    An N counts as paying only when every block's paired ratio is above 1 (the blocks alternate the arms, so
-    drift cancels); losing, when every block's ratio is below 1; anything else is unsettled."""
+def level_verdicts(data: dict[str, Any]) -> list[tuple[int, str, float | None]]:
+    """(N, pays | loses | unsettled, speculative ÷ plain total tokens/s) per level. An N counts as paying only when
+    every block's paired ratio is above 1 (the blocks alternate the arms, so drift cancels); losing, when every
+    block's ratio is below 1; anything else is unsettled."""
     verdicts: list[tuple[int, str, float | None]] = []
-    for lv in data["levels"]:
+    for lv in data.get("levels") or []:
         br = lv.get("block_ratios") or []
         v = "pays" if br and min(br) > 1 else "loses" if br and max(br) < 1 else "unsettled"
         verdicts.append((int(lv["level"]), v, lv.get("ratio_geomean")))
+    return verdicts
+
+
+def at_concurrency(data: dict[str, Any], parallel: int) -> str:
+    """What a saturation run says for a service with ``parallel`` slots, in one sentence."""
+    run = f"saturation run {data.get('run_id', '?')}"
+    levels = {n: (v, r) for n, v, r in level_verdicts(data)}
+    if parallel in levels:
+        v, r = levels[parallel]
+        figure = f" ({r:.2f}× plain decoding's total tokens/s)" if r is not None else ""
+        said = {"pays": "speculation pays", "loses": "speculation LOSES",
+                "unsettled": "speculation neither pays nor loses in every block"}[v]
+        return f"{run}: at N={parallel} {said}{figure}."
+    measured = ", ".join(f"N={n}" for n in sorted(levels)) or "no level"
+    return f"{run} did not measure N={parallel} ({measured}): run `specops saturate` at that N."
+
+
+def meaning(data: dict[str, Any]) -> str:
+    """One sentence for a user: at which N speculation stops paying on this host, and what the deploy should do."""
+    verdicts = level_verdicts(data)
     if not verdicts:
         return "No level ran: nothing to conclude."
     figures = ", ".join(f"N={n} {r:.2f}×" if r is not None else f"N={n} –" for n, _v, r in verdicts)
