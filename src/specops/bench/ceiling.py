@@ -158,8 +158,17 @@ def batch_times(records: Sequence[Mapping[str, Any]]) -> dict[int, float]:
 
 
 def relative_cost(times: Mapping[int, float]) -> dict[int, float]:
+    """c(k): one batch of k tokens in single-token steps. A batch of more tokens never costs less than one of
+    fewer (the same weights are read, more is computed), so a timing below an earlier one is a stall of the
+    shorter batch on a busy machine, not a discount: the curve is kept non-decreasing from c(1) = 1, which keeps
+    the ceiling an upper bound that a neighbour's load cannot inflate."""
     base = times[1]
-    return {k: t / base for k, t in sorted(times.items())}
+    out: dict[int, float] = {}
+    floor = 0.0
+    for k, t in sorted(times.items()):
+        floor = max(floor, t / base)
+        out[k] = floor
+    return out
 
 
 def cost_at(rel: Mapping[int, float], k: float) -> float:
