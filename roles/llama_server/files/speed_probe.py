@@ -12,8 +12,9 @@ Traffic is no side-by-side comparison: a client's request on one server takes th
 pair is measured only when no server has a request of anyone else's: before each pair the probe waits for
 every server's slots to be idle, and while a request is measured it watches every server's /slots (each
 ``--watch-interval`` seconds); a pair during which another request ran is discarded ("contended") and its
-prompt tried again in other words. Waiting and retrying stop at ``--idle-timeout`` seconds: what was measured
-clean by then is all the judge gets (too little is "unproven", never a verdict).
+prompt tried again in other words. Waiting and retrying (the time spent waiting for idle servers and on
+discarded pairs, not the measuring itself) stop at ``--idle-timeout`` seconds: what was measured clean by then
+is all the judge gets (too little is "unproven", never a verdict).
 
 With ``--max-spread`` the probe keeps measuring (the prompts again, in other words; at most twice as many
 pairs more, within the same ``--idle-timeout``) while the 95% interval of the speed ratio is wider than that --
@@ -95,13 +96,16 @@ class Watch:
         self._thread.join(timeout=10)
 
 
-def wait_idle(urls: list[str], headers: dict, deadline: float, interval: float) -> bool:
-    """True once no server has a request in flight (at one look at all of them); False at the deadline."""
-    while time.monotonic() < deadline:
+def wait_idle(urls: list[str], headers: dict, budget: float, interval: float) -> tuple[bool, float]:
+    """(True once no server has a request in flight at one look at all of them, or False when ``budget`` seconds
+    of waiting ran out; the seconds waited). Always looks at least once."""
+    t0 = time.monotonic()
+    while True:
         if all(busy_slots(url, headers) in (0, None) for url in urls):
-            return True
+            return True, time.monotonic() - t0
+        if time.monotonic() - t0 >= budget:
+            return False, time.monotonic() - t0
         time.sleep(interval)
-    return False
 
 
 def spread(requests: list[dict], urls: list[str]) -> float:
@@ -159,25 +163,36 @@ def main() -> int:
     body = {"n_predict": 16, "temperature": 0.0, "seed": 42, "cache_prompt": False}
     for url in args.url:  # warm-up: first requests after a start are slow
         post(url + "/completion", {**body, "prompt": "Warm-up."}, headers, args.timeout)
-    idle_deadline = time.monotonic() + args.idle_timeout
+    spent = 0.0  # waiting for idle servers and measuring pairs that were then discarded
+
+    def left() -> float:
+        return max(0.0, args.idle_timeout - spent)
+
     extra = 2 * len(prompts) if args.max_spread > 1 and len(args.url) == 2 else 0
     for i in range(len(prompts) + extra):
-        if i >= len(prompts) and (spread(out["requests"], args.url) <= 0.9 * args.max_spread
-                                  or time.monotonic() > idle_deadline):
+        if i >= len(prompts) and (spread(out["requests"], args.url) <= 0.9 * args.max_spread or left() <= 0):
             break
         # beyond the list: its prompts again, in other words (never the same text twice to a server)
         prompt, attempt = prompts[i % len(prompts)], 100 * (i // len(prompts))
         order = list(args.url) if i % 2 == 0 else list(reversed(args.url))
         while True:
-            t_wait = time.monotonic()
-            idle = wait_idle(watched, headers, idle_deadline, args.watch_interval / 2)
-            out["idle_waited_s"] = round(out["idle_waited_s"] + time.monotonic() - t_wait, 2)
+            idle, waited = wait_idle(watched, headers, left(), args.watch_interval / 2)
+            spent += waited
+            out["idle_waited_s"] = round(out["idle_waited_s"] + waited, 2)
             if not idle:
                 out["gave_up"] = (f"the servers were not idle of other requests within {args.idle_timeout:g} s "
                                   f"(prompt {i + 1})") if i < len(prompts) else ""
                 break
-            pair, foreign = [], {}
+            pair, foreign, t_pair = [], {}, time.monotonic()
             for url in order:
+                # llama-server answers before it marks the slot free: let our previous request's slot go idle
+                # first, or the watch would take our own request for somebody else's (a busy host widens that gap)
+                idle, waited = wait_idle(watched, headers, left(), args.watch_interval / 2)
+                spent += waited
+                out["idle_waited_s"] = round(out["idle_waited_s"] + waited, 2)
+                if not idle:
+                    foreign["(not idle before the request)"] = 1
+                    break
                 with Watch(watched, url, headers, args.watch_interval) as watch:
                     t0 = time.monotonic()
                     res = post(url + "/v1/chat/completions", {
@@ -197,6 +212,7 @@ def main() -> int:
             if not foreign:
                 out["requests"].extend(pair)
                 break
+            spent += time.monotonic() - t_pair
             out["contended"].append({"prompt": i, "attempt": attempt % 100, "other_requests": foreign})
             attempt += 1
         if out["gave_up"]:
