@@ -176,22 +176,15 @@ def main() -> int:
         prompt, attempt = prompts[i % len(prompts)], 100 * (i // len(prompts))
         order = list(args.url) if i % 2 == 0 else list(reversed(args.url))
         while True:
-            idle, waited = wait_idle(watched, headers, left(), args.watch_interval / 2)
-            spent += waited
-            out["idle_waited_s"] = round(out["idle_waited_s"] + waited, 2)
-            if not idle:
-                out["gave_up"] = (f"the servers were not idle of other requests within {args.idle_timeout:g} s "
-                                  f"(prompt {i + 1})") if i < len(prompts) else ""
-                break
-            pair, foreign, t_pair = [], {}, time.monotonic()
+            pair, foreign, idle, spent_before, t_pair = [], {}, True, spent, time.monotonic()
             for url in order:
-                # llama-server answers before it marks the slot free: let our previous request's slot go idle
-                # first, or the watch would take our own request for somebody else's (a busy host widens that gap)
+                # before each request: nobody else's request on any server, and our previous request's slot freed
+                # (llama-server answers before it marks the slot free; the watch would take our own request for
+                # somebody else's, and a busy host widens that gap)
                 idle, waited = wait_idle(watched, headers, left(), args.watch_interval / 2)
                 spent += waited
                 out["idle_waited_s"] = round(out["idle_waited_s"] + waited, 2)
                 if not idle:
-                    foreign["(not idle before the request)"] = 1
                     break
                 with Watch(watched, url, headers, args.watch_interval) as watch:
                     t0 = time.monotonic()
@@ -209,10 +202,14 @@ def main() -> int:
                     "predicted_n": t.get("predicted_n"), "predicted_per_second": t.get("predicted_per_second"),
                     "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0),
                 })
+            if not idle:
+                out["gave_up"] = (f"the servers were not idle of other requests within {args.idle_timeout:g} s "
+                                  f"(prompt {i + 1})") if i < len(prompts) else ""
+                break
             if not foreign:
                 out["requests"].extend(pair)
                 break
-            spent += time.monotonic() - t_pair
+            spent = spent_before + time.monotonic() - t_pair  # the waits and the discarded pair, counted once
             out["contended"].append({"prompt": i, "attempt": attempt % 100, "other_requests": foreign})
             attempt += 1
         if out["gave_up"]:
