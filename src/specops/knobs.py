@@ -41,7 +41,9 @@ class Knob:
     """One llama-server setting. ``None`` as a default means "flag omitted: llama.cpp decides"."""
 
     name: str
-    type: str  # argument_specs type: int, float, str, bool, path, list, raw (int or a word)
+    # argument_specs type: int, float, str, bool, list, raw (int or a word). Host paths are str: argument_specs'
+    # `path` would expand ~ and $VARS on the controller, not on the host that reads them
+    type: str
     doc: str
     flags: tuple[str, ...] = ()  # spellings at 0c1e57098, the preferred one first
     legacy: tuple[str, ...] | None = None  # spellings on legacy builds where they differ (() = none there)
@@ -113,9 +115,9 @@ def _ngram(kind: str) -> tuple[tuple[str, str], ...]:
 
 KNOBS: tuple[Knob, ...] = (
     # ---- models --------------------------------------------------------------------------------------
-    Knob("model", "path", "target model GGUF path (default: the models role's target, in llama_server_models_dir)",
+    Knob("model", "str", "target model GGUF path (default: the models role's target, in llama_server_models_dir)",
          ("--model", "-m"), fit=True, llama_bench="-m"),
-    Knob("draft_model", "path", "draft model GGUF path (default: the models role's draft); empty = no draft model",
+    Knob("draft_model", "str", "draft model GGUF path (default: the models role's draft); empty = no draft model",
          ("--spec-draft-model", "-md", "--model-draft"), fit=True),
     # ---- speculation ---------------------------------------------------------------------------------
     Knob("spec_type", "str", "auto (draft-simple with a draft model, else none), none, default "
@@ -181,7 +183,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("slots", "bool", "the /slots endpoint, where the build has the flag", ("--slots",),
          off_flags=("--no-slots",), default=True, llama_default=True, role=False),
     Knob("alias", "str", "model name in the API", ("--alias", "-a")),
-    Knob("api_key_file", "path", "API key file on the host: absolute, owned by root, not readable by group or "
+    Knob("api_key_file", "str", "API key file on the host: absolute, owned by root, not readable by group or "
          "others (preflight refuses anything else with the chown/chmod to run); the unit hands it over with "
          "LoadCredential=, so it stays root-only; read by the probes too, never logged",
          ("--api-key-file",)),

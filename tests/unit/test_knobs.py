@@ -234,3 +234,33 @@ def test_a_null_in_the_profile_is_llama_servers_own_default(tmp_path: Path) -> N
     path.write_text("draft_model: /srv/d.gguf\ncache_ram_mib: null\ndraft_n_max: null\nparallel: 2\n")
     params = fit_params(build_parser().parse_args(["fit", "t.gguf"]), _profile(path))
     assert (params.cache_ram_mib, params.draft_n_max, params.parallel, params.ctx_size) == (8192, 3, 2, 4096)
+
+
+# ---- the role's argument specs agree with the table ------------------------------------------------------
+def role_specs() -> dict:
+    return yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+
+
+@pytest.mark.parametrize("k", [k for k in KNOBS if k.role], ids=lambda k: k.name)
+def test_argument_specs_agree_with_the_table(k) -> None:
+    """Every role knob is described in meta/argument_specs.yml with the table's type, choices and default: the
+    first play's type checks (validate_argument_spec) are the table's."""
+    spec = role_specs().get(k.role_var)
+    assert spec is not None, f"roles/llama_server/meta/argument_specs.yml does not describe {k.role_var}"
+    assert spec.get("type", "str") == k.type, f"{k.role_var}: argument_specs type {spec.get('type')!r}, table {k.type!r}"
+    if k.choices:  # null among them: the variable may leave the setting to llama-server
+        choices = tuple(c for c in spec.get("choices", ()) if c is not None)
+        assert choices == tuple(k.choices), f"{k.role_var}: choices {choices}, table {k.choices}"
+    if "default" in spec:
+        assert _unset(spec["default"]) == _unset(k.default), (
+            f"{k.role_var}: argument_specs default {spec['default']!r}, table {k.default!r}")
+
+
+def test_argument_specs_describe_no_setting_the_table_lacks() -> None:
+    """A llama_server_<name> option named after a llama-server setting that is not in the table would be a
+    second declaration of it."""
+    role_vars = {k.role_var for k in KNOBS if k.role}
+    known = {k.name for k in KNOBS}
+    for var in role_specs():
+        name = var.removeprefix("llama_server_")
+        assert name not in known or var in role_vars, f"{var} is a knob the table keeps out of the role"
