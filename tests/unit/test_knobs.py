@@ -247,7 +247,8 @@ def test_argument_specs_agree_with_the_table(k) -> None:
     first play's type checks (validate_argument_spec) are the table's."""
     spec = role_specs().get(k.role_var)
     assert spec is not None, f"roles/llama_server/meta/argument_specs.yml does not describe {k.role_var}"
-    assert spec.get("type", "str") == k.type, f"{k.role_var}: argument_specs type {spec.get('type')!r}, table {k.type!r}"
+    kind = spec.get("type", "str")
+    assert kind == k.type, f"{k.role_var}: argument_specs type {kind!r}, table {k.type!r}"
     if k.choices:  # null among them: the variable may leave the setting to llama-server
         choices = tuple(c for c in spec.get("choices", ()) if c is not None)
         assert choices == tuple(k.choices), f"{k.role_var}: choices {choices}, table {k.choices}"

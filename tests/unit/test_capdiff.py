@@ -1,0 +1,74 @@
+"""`specops capabilities diff OLD NEW` (issue 15's upgrade guard) on the two real --help captures: the legacy
+dialect (before the April 2026 rename) and the pinned 0c1e57098."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specops.capdiff import diff_help
+from specops.cli import main
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+LEGACY = FIX / "llama-server-legacy" / "help.txt"
+PINNED = FIX / "llama-server-0c1e57098" / "llama-server_help.txt"
+
+
+def test_the_rename_of_the_draft_length_is_a_rename_with_its_default_change() -> None:
+    d = diff_help(LEGACY.read_text(), PINNED.read_text())
+    assert (d.old_era, d.new_era) == ("legacy", "spec")
+    renamed = {r.old: r for r in d.renamed}
+    assert renamed[("--draft", "--draft-n", "--draft-max")].new == ("--spec-draft-n-max",)
+    assert "use --spec-draft-n-max" in renamed[("--draft", "--draft-n", "--draft-max")].how
+    assert ("--draft", "--draft-n", "--draft-max") not in d.removed
+    defaults = {c.names[0]: (c.old, c.new) for c in d.defaults}
+    assert defaults["--spec-draft-n-max"] == ("16", "3")
+    assert defaults["--spec-draft-p-min"] == ("0.8", "0.00")  # the silent p_min change upstream
+    assert ("--spec-type",) in d.added
+    assert "draft-simple" in d.spec_types_added and not d.spec_types_removed
+
+
+def test_a_build_against_itself_has_no_difference() -> None:
+    assert diff_help(PINNED.read_text(), PINNED.read_text()).empty
+
+
+def test_a_downgrade_lists_the_new_flags_as_removed_and_the_rename_backwards() -> None:
+    d = diff_help(PINNED.read_text(), LEGACY.read_text())
+    assert ("--spec-type",) in d.removed
+    renamed = {r.old[0]: r.new for r in d.renamed}
+    assert "--draft-max" in renamed["--spec-draft-n-max"]  # known from the knob table's eras
+    assert "draft-simple" in d.spec_types_removed
+
+
+def _profile(tmp_path: Path, **extra: object) -> Path:
+    path = tmp_path / "profile.yml"
+    body = {"model": "/srv/t.gguf", "draft_model": "/srv/d.gguf", "draft_n_max": 4, **extra}
+    path.write_text(json.dumps(body))
+    return path
+
+
+def test_the_cli_says_whether_the_profile_renders_for_the_new_build(tmp_path: Path, capsys) -> None:
+    rc = main(["capabilities", "diff", str(LEGACY), str(PINNED), "--profile", str(_profile(tmp_path))])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "renamed:  --draft, --draft-n, --draft-max -> --spec-draft-n-max" in out
+    assert "renders for NEW:" in out and "--spec-draft-n-max 4" in out and "--spec-type draft-simple" in out
+    # the other way: an n-gram type has no spelling on the legacy build
+    rc = main(["capabilities", "diff", str(PINNED), str(LEGACY), "--json", "--profile",
+               str(_profile(tmp_path, draft_model=None, spec_type="ngram-mod"))])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 3 and data["profile"]["renders"] is False and data["profile"]["reason"]
+    assert ["--spec-type"] in data["removed"]
+
+
+def test_bad_inputs_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no such file"):
+        main(["capabilities", "diff", str(tmp_path / "nope"), str(PINNED)])
+    empty = tmp_path / "empty.txt"
+    empty.write_text("not a help text\n")
+    with pytest.raises(SystemExit, match="no llama-server options"):
+        main(["capabilities", "diff", str(PINNED), str(empty)])
+    with pytest.raises(SystemExit, match="--binary or --help-file"):
+        main(["capabilities"])
