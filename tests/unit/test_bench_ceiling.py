@@ -94,3 +94,12 @@ def test_a_stalled_single_token_timing_cannot_inflate_the_ceiling() -> None:
     rel = relative_cost({1: 0.040, 2: 0.018, 3: 0.030, 5: 0.050})
     assert rel == {1: 1.0, 2: 1.0, 3: pytest.approx(1.0), 5: pytest.approx(1.25)}
     assert all(perfect_ceiling(rel, k, 1.0, rel) < 1.0 for k in (1, 2, 3, 4))
+
+
+def test_a_stalled_multi_token_timing_cannot_deflate_the_ceiling() -> None:
+    # beside two busy loops a k=2 batch stalled (2.25 steps, more than the k=3 and k=5 batches took): carried up to
+    # every larger k it pruned the n-gram arm test_bench_smollm expects to run; a later, faster batch bounds it
+    rel = relative_cost({1: 0.040, 2: 0.090, 3: 0.050, 5: 0.060})
+    assert rel == {1: 1.0, 2: pytest.approx(1.25), 3: pytest.approx(1.25), 5: pytest.approx(1.5)}
+    # an ordered curve is kept as measured
+    assert relative_cost({1: 0.04, 2: 0.05, 4: 0.07}) == {1: 1.0, 2: pytest.approx(1.25), 4: pytest.approx(1.75)}

@@ -26,6 +26,7 @@ class Server:
 
     def __init__(self, tps: float) -> None:
         self.tps, self.ours, self.foreign, self.prompts = [tps], 0, 0, []
+        self.chat_seconds = 0.3  # how long a chat completion takes
         self.lock = threading.Lock()
         server = self
 
@@ -53,10 +54,11 @@ class Server:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
                     server.ours += 1
-                if self.path == "/v1/chat/completions":
+                chat = self.path == "/v1/chat/completions"
+                if chat:
                     server.prompts.append(body["messages"][0]["content"])
                 try:
-                    time.sleep(0.3)
+                    time.sleep(server.chat_seconds if chat else 0.3)
                 finally:
                     with server.lock:
                         server.ours -= 1
@@ -142,3 +144,16 @@ def test_a_noisy_host_gets_more_pairs_not_a_verdict_of_chance(servers) -> None:
     assert len(set(a.prompts)) == len(a.prompts) == 9
     steady = run_probe(b, b, 3, 60, "--max-spread", "1.5")  # a steady ratio stops at the list's end
     assert {r["prompt"] for r in steady["requests"]} == {0, 1, 2}
+
+
+def test_a_request_that_outlasts_the_timeout_is_unproven_not_a_traceback(servers) -> None:
+    """Under a CPU hog a completion outlasted --timeout and the probe died with a raw TimeoutError traceback, so
+    the deploy failed instead of judging: now the measuring stops there, the reason is said, and too few prompts
+    make the verdict unproven."""
+    a, b = servers
+    b.chat_seconds = 5.0
+    out = run_probe(a, b, 3, 30, "--timeout", "1")
+    assert "failed: no answer within 1 s (prompt 1)" in out["gave_up"] and b.url in out["gave_up"], out
+    assert not [r for r in out["requests"] if r["url"] == b.url]
+    verdict = judge(out, out, a.url, b.url)
+    assert verdict["verdict"] == "unproven" and "no answer within 1 s" in verdict["unproven_because"], verdict

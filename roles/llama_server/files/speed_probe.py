@@ -39,6 +39,15 @@ def post(url: str, body: dict, headers: dict, timeout: float) -> dict:
         return json.loads(resp.read())
 
 
+def reason(exc: Exception, timeout: float) -> str:
+    """One line for a failed request (a timeout says how long it was given)."""
+    if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+        return f"no answer within {timeout:g} s"
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    return str(getattr(exc, "reason", None) or exc)
+
+
 def wait_healthy(url: str, headers: dict, deadline: float) -> None:
     while True:
         try:
@@ -162,7 +171,12 @@ def main() -> int:
                  "slots_unavailable": False, "gave_up": ""}
     body = {"n_predict": 16, "temperature": 0.0, "seed": 42, "cache_prompt": False}
     for url in args.url:  # warm-up: first requests after a start are slow
-        post(url + "/completion", {**body, "prompt": "Warm-up."}, headers, args.timeout)
+        try:
+            post(url + "/completion", {**body, "prompt": "Warm-up."}, headers, args.timeout)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            out["gave_up"] = f"the warm-up request to {url} failed: {reason(exc, args.timeout)}"
+            print(json.dumps(out))
+            return 0
     spent = 0.0  # waiting for idle servers and measuring pairs that were then discarded
 
     def left() -> float:
@@ -176,7 +190,7 @@ def main() -> int:
         prompt, attempt = prompts[i % len(prompts)], 100 * (i // len(prompts))
         order = list(args.url) if i % 2 == 0 else list(reversed(args.url))
         while True:
-            pair, foreign, idle, spent_before, t_pair = [], {}, True, spent, time.monotonic()
+            pair, foreign, idle, spent_before, t_pair, failed = [], {}, True, spent, time.monotonic(), ""
             for url in order:
                 # before each request: nobody else's request on any server, and our previous request's slot freed
                 # (llama-server answers before it marks the slot free; the watch would take our own request for
@@ -188,10 +202,16 @@ def main() -> int:
                     break
                 with Watch(watched, url, headers, args.watch_interval) as watch:
                     t0 = time.monotonic()
-                    res = post(url + "/v1/chat/completions", {
-                        "messages": [{"role": "user", "content": variant(prompt, attempt)}],
-                        "max_tokens": args.tokens, "temperature": 0.0, "seed": 42, "cache_prompt": False},
-                        headers, args.timeout)
+                    try:
+                        res = post(url + "/v1/chat/completions", {
+                            "messages": [{"role": "user", "content": variant(prompt, attempt)}],
+                            "max_tokens": args.tokens, "temperature": 0.0, "seed": 42, "cache_prompt": False},
+                            headers, args.timeout)
+                    except (urllib.error.URLError, OSError, ValueError) as exc:
+                        # a request that fails or outlasts --timeout ends the measuring: no figure from it, and
+                        # what was measured before stands or falls on its own (too few prompts: unproven)
+                        failed = f"a request to {url} failed: {reason(exc, args.timeout)} (prompt {i + 1})"
+                        break
                     e2e = time.monotonic() - t0
                 out["slots_unavailable"] = out["slots_unavailable"] or watch.blind
                 for other, n in watch.foreign.items():
@@ -202,6 +222,9 @@ def main() -> int:
                     "predicted_n": t.get("predicted_n"), "predicted_per_second": t.get("predicted_per_second"),
                     "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0),
                 })
+            if failed:
+                out["gave_up"] = failed
+                break
             if not idle:
                 out["gave_up"] = (f"the servers were not idle of other requests within {args.idle_timeout:g} s "
                                   f"(prompt {i + 1})") if i < len(prompts) else ""

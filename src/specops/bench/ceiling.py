@@ -159,16 +159,19 @@ def batch_times(records: Sequence[Mapping[str, Any]]) -> dict[int, float]:
 
 def relative_cost(times: Mapping[int, float]) -> dict[int, float]:
     """c(k): one batch of k tokens in single-token steps. A batch of more tokens never costs less than one of
-    fewer (the same weights are read, more is computed), so a timing below an earlier one is a stall of the
-    shorter batch on a busy machine, not a discount: the curve is kept non-decreasing from c(1) = 1, which keeps
-    the ceiling an upper bound that a neighbour's load cannot inflate."""
+    fewer (the same weights are read, more is computed) nor less than one token, and a busy machine only ever
+    makes a timing longer. So a curve that breaks the order was stalled somewhere, and each c(k) is taken as the
+    lowest value every later batch allows (the least over j >= k), at least c(1) = 1: non-decreasing and as low as
+    the measurements permit. That keeps the ceiling an upper bound a neighbour's load can neither inflate (a
+    stalled k=1 timing: c(2) = 0.45 would let a draft as costly as the target "pay") nor deflate into pruning an
+    arm that could pay (a stalled k=2 timing carried up to every larger k)."""
     base = times[1]
     out: dict[int, float] = {}
-    floor = 0.0
-    for k, t in sorted(times.items()):
-        floor = max(floor, t / base)
-        out[k] = floor
-    return out
+    low = math.inf
+    for k in sorted(times, reverse=True):
+        low = min(low, times[k] / base)
+        out[k] = 1.0 if k == 1 else max(1.0, low)
+    return dict(sorted(out.items()))
 
 
 def cost_at(rel: Mapping[int, float], k: float) -> float:
