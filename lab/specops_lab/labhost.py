@@ -64,6 +64,8 @@ PACKAGES = (
     # Prometheus is the Debian package the monitoring role configures (the lab host has no package mirror)
     "libnss-systemd",
     "prometheus",
+    # the load balancer in front of the servers (roles/loadbalancer, tests/integration/test_loadbalanced.py)
+    "haproxy",
 )
 # Bump when the post-debootstrap recipe changes so cached tarballs are rebuilt.
 RECIPE_VERSION = "2"
@@ -595,6 +597,7 @@ class LabHost:
             # no package mirror in here: the exporter's libnss-systemd and Prometheus come with the rootfs
             "exporter_install_packages": False,
             "monitoring_install_packages": False,
+            "loadbalancer_install_packages": False,
         }
         lines = [
             f"# specops lab host {self.name}: written by scripts/labhost, regenerated on create",

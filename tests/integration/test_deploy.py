@@ -165,20 +165,31 @@ def test_speed_gate_falls_back_to_plain_decoding_when_speculation_loses(deployed
     restarts nothing; asking for speculation to fail the deploy instead keeps the last known-good unit."""
     run = deploy(labhost, "-e", "llama_server_speed_gate=fallback", "-e", "llama_server_speed_gate_refresh=true")
     assert run.rc == 0, run.output[-4000:]
-    assert "SPECULATION LOSES on this host" in run.text and "now serves plain decoding" in run.text, run.text[-3000:]
+    rec = speed_gate_record(labhost)
+    # On a starved host (a CPU hog beside the suite) a completion can outlast the probe's timeout: then no verdict
+    # is possible and the gate says so ("unproven"), which falls back to plain decoding all the same.
+    assert rec["verdict"] in ("loses", "unproven") and rec["serving"] == "plain", rec
+    if rec["verdict"] == "loses":
+        assert "SPECULATION LOSES on this host" in run.text and "now serves plain decoding" in run.text, \
+            run.text[-3000:]
+        assert rec["ratio"] < 1.0
+    else:
+        assert "UNPROVEN" in run.text and rec["unproven_because"], run.text[-3000:]
     unit = labhost.run(["systemctl", "cat", UNIT]).stdout
     assert "--spec-type none" in unit and "--spec-draft-model" not in unit and "lost the speed gate" in unit
-    rec = speed_gate_record(labhost)
-    assert rec["verdict"] == "loses" and rec["serving"] == "plain" and rec["ratio"] < 1.0
     out = completion(labhost)
     assert out["content"].strip() and not out["timings"].get("draft_n")
 
     pid = main_pid(labhost)
     again = deploy(labhost, "-e", "llama_server_speed_gate=fallback")
     assert again.rc == 0, again.output[-4000:]
-    assert "This unit lost the speed gate before" in again.text, again.text[-3000:]
-    assert again.recap(labhost.name).get("changed") == 0, again.output[-4000:]
-    assert main_pid(labhost) == pid and "Speed gate - probe" not in again.text
+    if rec["verdict"] == "loses":  # a verdict is kept: nothing measured, nothing restarted
+        assert "This unit lost the speed gate before" in again.text, again.text[-3000:]
+        assert again.recap(labhost.name).get("changed") == 0, again.output[-4000:]
+        assert main_pid(labhost) == pid and "Speed gate - probe" not in again.text
+    else:  # no verdict: the next deploy measures again, and plain decoding stays until one says otherwise
+        assert "Speed gate - probe" in again.text, again.text[-3000:]
+        assert speed_gate_record(labhost)["serving"] == "plain" or "SPECULATION PAYS" in again.text
 
     failing = deploy(labhost, "-e", "llama_server_speed_gate=fail", "-e", "llama_server_speed_gate_refresh=true")
     assert failing.rc != 0 and "llama_server_speed_gate=fail" in failing.text, failing.text[-3000:]

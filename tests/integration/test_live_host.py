@@ -32,13 +32,13 @@ STOP_FILE = "/run/specops-live-stream.stop"
 # a record per request: whether it finished, how many pieces it got before it ended
 STREAM = r"""
 import json, os, sys, time, urllib.request
-stop, n = sys.argv[1], int(sys.argv[2])
+stop, n, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 while not os.path.exists(stop):
     t0, pieces = time.time(), 0
     try:
         body = json.dumps({"prompt": "Write a long story about a lighthouse keeper and the sea:", "n_predict": n,
                            "stream": True, "temperature": 0, "cache_prompt": False, "ignore_eos": True}).encode()
-        req = urllib.request.Request("http://127.0.0.1:8080/completion", data=body,
+        req = urllib.request.Request(url, data=body,
                                      headers={"Content-Type": "application/json"})
         done = False
         with urllib.request.urlopen(req, timeout=300) as resp:
@@ -57,15 +57,15 @@ while not os.path.exists(stop):
 class Stream:
     """Streams answers from the service inside the host until stopped; sorts what happened to each request."""
 
-    def __init__(self, labhost, tokens: int = 96) -> None:
-        self.labhost, self.tokens = labhost, tokens
+    def __init__(self, labhost, tokens: int = 96, url: str = "http://127.0.0.1:8080/completion") -> None:
+        self.labhost, self.tokens, self.url = labhost, tokens, url
         self.records: list[dict] = []
         self._cond = threading.Condition()
 
     def __enter__(self) -> Stream:
         self.labhost.run(["rm", "-f", STOP_FILE])
         self.proc = subprocess.Popen(self.labhost.host.nsenter_argv(["python3", "-c", STREAM, STOP_FILE,
-                                                                     str(self.tokens)]),
+                                                                     str(self.tokens), self.url]),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._read, daemon=True).start()
         self.wait_ok(1, after=0)

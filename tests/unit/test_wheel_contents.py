@@ -1,4 +1,4 @@
-"""The specops wheel (built by roles/exporter and installed on every host) ships product code only (issue 14).
+"""The specops wheel (built by roles/specops_package and installed on every host) ships product code only (issue 14).
 
 The fast checks take the file list from pyproject.toml's own package configuration, resolved with setuptools'
 discovery the way a build resolves it, without building; the slow one builds the wheel as roles/exporter does
@@ -96,7 +96,7 @@ def test_the_built_wheel_holds_no_lab_module(tmp_path: Path) -> None:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, source / name)
     shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    # the command roles/exporter runs on the controller ("Build the specops wheel")
+    # what roles/specops_package runs on the controller ("Build the specops wheel"), for the exporter and soak
     argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp_path / "out"),
             str(source)]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)

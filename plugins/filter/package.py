@@ -1,0 +1,30 @@
+"""Filters for roles/specops_package: what the specops wheel is built from, as one digest."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+# what `pip wheel` reads from a checkout (pyproject.toml's package data included under src/)
+_INPUTS = ("pyproject.toml", "README.md", "src")
+_SKIP_DIRS = {"__pycache__", "build"}
+
+
+def source_digest(source_dir: str) -> str:
+    """sha256 over the relative names and bytes of every file the wheel is built from: the same digest means
+    the same wheel (it is built with a fixed SOURCE_DATE_EPOCH), so the build can be skipped."""
+    root = Path(source_dir).resolve()
+    h = hashlib.sha256()
+    for top in _INPUTS:
+        base = root / top
+        files = [base] if base.is_file() else sorted(
+            p for p in base.rglob("*") if p.is_file() and not _SKIP_DIRS & set(p.relative_to(root).parts)
+            and not any(part.endswith(".egg-info") for part in p.relative_to(root).parts))
+        for p in files:
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {"specops_source_digest": source_digest}
