@@ -32,7 +32,16 @@ from specops.knobs import knob
 from specops.probe import summarize_probe
 from specops.profile import ProfileError, ServerProfile
 from specops.speedgate import SpeedGateError, judge, message, mode_from_fit
-from specops.unitfile import UnitValueError, credential, env_assignment, exec_line, line_value, path_list
+from specops.unitfile import (
+    UnitValueError,
+    credential,
+    env_assignment,
+    exec_line,
+    line_value,
+    memory_size,
+    path_list,
+    plain_name,
+)
 
 
 def specops_capabilities(help_text: str, version_text: str = "") -> dict:
@@ -79,6 +88,16 @@ def specops_systemd_line(value: str, what: str = "value") -> str:
 def specops_systemd_credential(path: str, name: str, what: str = "credential") -> str:
     """NAME:PATH for LoadCredential=."""
     return _unit(credential, name, path, what)
+
+
+def specops_systemd_name(value: str, what: str = "name") -> str:
+    """A single plain word (StateDirectory= name): letters, digits and _ . - @ only, anything else refused."""
+    return _unit(plain_name, value, what)
+
+
+def specops_systemd_size(value: str, what: str = "size") -> str:
+    """A MemoryMax=-style size (20G, 512M, 80%, infinity); anything else refused."""
+    return _unit(memory_size, value, what)
 
 
 def specops_input_problems(values: dict, specs: dict) -> list[str]:
@@ -196,6 +215,8 @@ class FilterModule:
             "specops_systemd_env": specops_systemd_env,
             "specops_systemd_line": specops_systemd_line,
             "specops_systemd_credential": specops_systemd_credential,
+            "specops_systemd_name": specops_systemd_name,
+            "specops_systemd_size": specops_systemd_size,
             "specops_cmake_options": specops_cmake_options,
             "specops_input_problems": specops_input_problems,
             "specops_host_problems": specops_host_problems,

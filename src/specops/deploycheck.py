@@ -4,6 +4,9 @@ its value and the fix.
 Types and choices come from the role's ``meta/argument_specs.yml`` (the one declaration); ranges, paths and
 what a systemd unit can hold are checked here; the host's side (the API key file and its lines, the ports, whether
 the service user can read the models) from what ``roles/llama_server/files/host_facts.py`` reports.
+Both engines go through the same checks: ``check_inputs``/``check_host`` for llama-server,
+``check_tabbyapi_inputs``/``check_tabbyapi_host`` for TabbyAPI (the same type, range, path and unit rules, plus
+what only TabbyAPI has: its state directory, its api_tokens.yml, its model directories).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import re
 import stat
 from typing import Any
 
-from specops.unitfile import UnitValueError, absolute_path, executable, representable
+from specops.unitfile import UnitValueError, absolute_path, executable, memory_size, plain_name, representable
 
 _INT = re.compile(r"[+-]?\d+\Z")
 _FLOAT = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\Z")
@@ -46,6 +49,15 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "llama_server_speed_gate_max_spread": (1, None),
     "llama_server_drain_timeout": (0, None),
     "llama_server_stop_timeout": (1, None),
+    "tabbyapi_port": (1, 65535),
+    "tabbyapi_ctx_size": (1, None),
+    "tabbyapi_parallel": (1, None),
+    "tabbyapi_draft_n_max": (1, None),
+    "tabbyapi_ngram_match_min": (1, None),
+    "tabbyapi_chunk_size": (1, None),
+    "tabbyapi_restart_sec": (0, None),
+    "tabbyapi_stop_timeout": (1, None),
+    "tabbyapi_health_timeout": (1, None),
 }
 
 # paths that reach a unit file or the host: absolute and representable ("" = not set, where allowed)
@@ -57,10 +69,22 @@ PATHS: dict[str, bool] = {  # name -> may be empty
     "llama_server_api_key_file": True,
     "llama_server_install_root": False,
     "llama_server_state_dir": False,
+    "tabbyapi_models_dir": False,
+    "tabbyapi_target_model": False,
+    "tabbyapi_draft_model": True,
+    "tabbyapi_api_tokens_file": False,
+    "tabbyapi_install_dir": False,
+    "tabbyapi_config_dir": False,
+    "tabbyapi_state_dir": False,
 }
+# roots of an executable's path (ExecStart's first word: no quotes or backslashes)
+EXECUTABLE_ROOTS = ("llama_server_install_root", "tabbyapi_install_dir")
+# MemoryMax=-style sizes ("" = none)
+SIZES = ("llama_server_memory_max", "tabbyapi_memory_max")
 # text that reaches a unit line
 TEXT = ("llama_server_service_name", "llama_server_baseline_service_name", "llama_server_alias",
-        "llama_server_host", "llama_server_memory_max")
+        "llama_server_host", "tabbyapi_service_name", "tabbyapi_host", "tabbyapi_cache_mode",
+        "tabbyapi_draft_cache_mode")
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@-]+\Z")
 PORTS = ("llama_server_port", "llama_server_baseline_port")
 SERVICE_USER = "the service user (systemd DynamicUser)"
@@ -149,6 +173,11 @@ def _type_problem(name: str, value: Any, spec: dict[str, Any]) -> str | None:
             return f"{name}={value!r}: not a list; write a YAML list (e.g. {name}: [])"
         if spec.get("elements") == "str" and not all(isinstance(v, str) for v in value):
             return f"{name}={value!r}: every element must be a string; quote them"
+        if spec.get("elements") in ("int", "float"):
+            for item in value:
+                number = _number(name, item, spec["elements"])
+                if isinstance(number, str) or number < 0:
+                    return f"{name}={value!r}: every element must be a number of 0 or more (e.g. {name}: [20, 24])"
         return None
     if kind == "dict":
         return None if isinstance(value, dict) else f"{name}={value!r}: not a mapping; write a YAML mapping"
@@ -186,8 +215,10 @@ def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
         if name in PATHS and isinstance(value, str) and any(value.startswith(p) for p in refused_paths):
             continue
         try:
-            if name == "llama_server_install_root":
+            if name in EXECUTABLE_ROOTS:
                 executable(value, name)
+            elif name in SIZES and value not in ("", None):
+                memory_size(value, name)
             elif name in PATHS and not (PATHS[name] and value in ("", None)):
                 absolute_path(value, name)
             elif name in TEXT and value not in ("", None):
@@ -204,16 +235,8 @@ def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
     if ports[0] is not None and str(ports[0]) == str(ports[1]):
         problems.append(f"llama_server_baseline_port={ports[1]!r}: the same as llama_server_port; "
                         "give the baseline unit its own port")
-    for key, val in (values.get("llama_server_environment") or {}).items() if isinstance(
-            values.get("llama_server_environment"), dict) else []:
-        try:
-            representable(str(key), "llama_server_environment")
-            if not re.match(r"[A-Za-z_][A-Za-z0-9_]*\Z", str(key)):
-                raise UnitValueError(f"llama_server_environment: {key!r} is not an environment variable name "
-                                     "(letters, digits, _; not starting with a digit)")
-            representable(val if isinstance(val, str) else str(val), f"llama_server_environment.{key}")
-        except UnitValueError as exc:
-            problems.append(str(exc))
+    for env_name in ("llama_server_environment", "tabbyapi_environment"):
+        problems += _environment_problems(env_name, values.get(env_name))
     for i, arg in enumerate(values.get("llama_server_extra_args") or []):
         if isinstance(arg, str):
             try:
@@ -221,6 +244,132 @@ def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
             except UnitValueError as exc:
                 problems.append(str(exc))
     return problems + _exposure_problems(values, problems)
+
+
+def _environment_problems(name: str, env: Any) -> list[str]:
+    """An ``Environment=`` mapping: variable names, and values a unit line can hold."""
+    found: list[str] = []
+    for key, val in env.items() if isinstance(env, dict) else []:
+        try:
+            representable(str(key), name)
+            if not re.match(r"[A-Za-z_][A-Za-z0-9_]*\Z", str(key)):
+                raise UnitValueError(f"{name}: {key!r} is not an environment variable name "
+                                     "(letters, digits, _; not starting with a digit)")
+            representable(val if isinstance(val, str) else str(val), f"{name}.{key}")
+        except UnitValueError as exc:
+            found.append(str(exc))
+    return found
+
+
+TABBY_UNIT_STATE_ROOT = "/var/lib/"
+
+
+def check_tabbyapi_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
+    """roles/tabbyapi's settings: everything ``check_inputs`` checks (types and choices from its argument specs,
+    ranges, absolute paths a unit can hold, sizes, environment), plus what its unit needs: a unit name, a state
+    directory systemd creates (``StateDirectory=`` is a name under /var/lib), a port the capability-less service
+    can bind, a draft only with a speculative type that uses one. [] when all is well."""
+    problems = check_inputs(values, specs)
+    reported = {p.split("=", 1)[0].split(":", 1)[0] for p in problems}
+    unit = values.get("tabbyapi_service_name")
+    if isinstance(unit, str) and unit and "tabbyapi_service_name" not in reported and not _UNIT_NAME.match(unit):
+        problems.append(f"tabbyapi_service_name={unit!r}: not a systemd unit name; use letters, digits and : _ . @ -")
+    state = values.get("tabbyapi_state_dir")
+    if isinstance(state, str) and state and "tabbyapi_state_dir" not in reported:
+        rest = state[len(TABBY_UNIT_STATE_ROOT):].rstrip("/") if state.startswith(TABBY_UNIT_STATE_ROOT) else ""
+        try:
+            if not rest or "/" in rest:
+                raise UnitValueError(f"tabbyapi_state_dir={state!r}: must be a directory directly under /var/lib "
+                                     "(the unit's StateDirectory=, the only place the service may write); "
+                                     "e.g. /var/lib/tabbyapi")
+            plain_name(rest, "tabbyapi_state_dir")
+        except UnitValueError as exc:
+            problems.append(str(exc))
+    port = values.get("tabbyapi_port")
+    if ("tabbyapi_port" not in reported and port is not None and not isinstance(port, bool)
+            and _INT.match(str(port).strip()) and int(port) < 1024):
+        problems.append(f"tabbyapi_port={port!r}: below 1024, and {SERVICE_USER} has no capability to bind it "
+                        "(TabbyAPI would move to the next port); pick a port of 1024 or more (e.g. 5000)")
+    draft, spec_type = values.get("tabbyapi_draft_model"), values.get("tabbyapi_spec_type")
+    if draft and spec_type in ("none", "ngram-simple") and "tabbyapi_draft_model" not in reported:
+        problems.append(f"tabbyapi_draft_model={draft!r}: set, but tabbyapi_spec_type={spec_type!r} does not use a "
+                        "draft (TabbyAPI would load it for nothing); set tabbyapi_draft_model: \"\" or "
+                        "tabbyapi_spec_type: auto")
+    if spec_type == "draft-simple" and not draft and "tabbyapi_spec_type" not in reported:
+        problems.append("tabbyapi_spec_type='draft-simple': needs tabbyapi_draft_model (the draft's model "
+                        "directory); set it or use tabbyapi_spec_type: auto")
+    return problems
+
+
+def check_tabbyapi_host(facts: dict[str, Any], host: str, tokens_file: str, port: int, our_units: list[str],
+                        models: dict[str, str]) -> list[str]:
+    """Problems found on the host for TabbyAPI (``facts`` from host_facts.py): api_tokens.yml present, a regular
+    file, root-only, with an ``api_key`` and an ``admin_key`` (their shape only, never the keys); the port free
+    or ours; each model directory (``models``: variable -> directory) holding config.json and tokenizer.json that
+    the service user can read."""
+    problems: list[str] = []
+    name = "tabbyapi_api_tokens_file"
+    key = facts.get("tokens_file") or {}
+    if not key.get("exists"):
+        problems.append(f"{name}={tokens_file!r}: no such file on {host}; create it there (api_key: ... and "
+                        f"admin_key: ...), then run: chown root:root {tokens_file} && chmod 0600 {tokens_file}")
+    elif not stat.S_ISREG(int(key.get("mode", 0))):
+        kind = "a directory" if stat.S_ISDIR(int(key.get("mode", 0))) else "not a regular file"
+        problems.append(f"{name}={tokens_file!r}: {kind} on {host}; point it at api_tokens.yml itself")
+    else:
+        if int(key.get("uid", -1)) != 0 or int(key.get("gid", -1)) != 0:
+            problems.append(f"{name}={tokens_file!r}: owned by uid {key.get('uid')} gid {key.get('gid')} on {host}, "
+                            f"not root; run: chown root:root {tokens_file}")
+        if int(key["mode"]) & 0o077:
+            problems.append(f"{name}={tokens_file!r}: mode {stat.S_IMODE(int(key['mode'])):04o} lets group or "
+                            f"others read the keys on {host}; run: chmod 0600 {tokens_file}")
+        tokens = key.get("tokens") or {}
+        missing = [k for k in ("api_key", "admin_key") if not tokens.get(k)]
+        if missing:
+            problems.append(f"{name}={tokens_file!r}: no {' and no '.join(missing)} on {host} (TabbyAPI would "
+                            "write fresh keys nobody knows into its working directory); write "
+                            f"{' and '.join(m + ': <key>' for m in missing)} into it")
+    problems += check_host({"ports": facts.get("ports") or {}}, host, "", {"tabbyapi_port": int(port)}, our_units)
+    paths = facts.get("paths") or {}
+    models_dir = paths.get("tabbyapi_models_dir/") or {}
+    if models_dir and not models_dir.get("exists", True) and not models_dir.get("blocked"):
+        problems.append(f"tabbyapi_models_dir={models_dir.get('path', '')!r}: no such directory on {host}; the unit "
+                        "mounts it read-only (ReadOnlyPaths=) and would not start without it: create it or point "
+                        "tabbyapi_models_dir at the models")
+    for var, directory in models.items():
+        if not directory:
+            continue
+        problem = _model_dir_problem(var, directory, paths, host)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def _model_dir_problem(var: str, directory: str, paths: dict[str, Any], host: str) -> str | None:
+    """The first problem with one model directory (host_facts.py facts of ``<var>/`` and of its config.json and
+    tokenizer.json): unresolvable, hidden from the unit, missing, not traversable, a file missing or unreadable."""
+    hidden = ("protect-home", "private-tmp")
+    dir_facts = paths.get(f"{var}/") or {}
+    if dir_facts.get("error"):
+        return f"{var}={directory!r}: cannot be resolved on {host} ({dir_facts['error']}); fix the path or its symlinks"
+    if (dir_facts.get("blocked") or {}).get("reason") in hidden:
+        return _path_problem(var, dir_facts, host)
+    if dir_facts and not dir_facts.get("exists", True):
+        return (f"{var}={directory!r}: no such directory on {host}; put the model there (a Hugging Face model "
+                "directory: config.json, tokenizer.json, *.safetensors)")
+    for wanted in ("config.json", "tokenizer.json"):
+        path_facts = paths.get(f"{var}/{wanted}") or {}
+        if path_facts.get("error"):
+            return f"{var}={directory!r}: cannot be resolved on {host} ({path_facts['error']}); fix the path"
+        blocked = (path_facts.get("blocked") or {}).get("reason")
+        if not path_facts.get("exists", False) and blocked not in hidden:
+            return (f"{var}={directory!r}: has no {wanted} on {host}; copy {wanted} from the original model's "
+                    "repository (TabbyAPI loads its tokenizer from it, and the draft/target vocabularies are "
+                    "compared with it)")
+        problem = _path_problem(var, path_facts, host)
+        if problem:
+            return problem
+    return None
 
 
 def check_host(facts: dict[str, Any], host: str, key_file: str, ports: dict[str, int],

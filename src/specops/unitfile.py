@@ -11,6 +11,10 @@ systemd reads each directive its own way (systemd.syntax(7), systemd.exec(5)):
 - ``Description=``, ``WorkingDirectory=``, the path of ``LoadCredential=``: the rest of the line, taken
   literally but for ``%`` specifiers: ``%`` doubled, surrounding blanks and a trailing backslash (a line
   continuation) refused.
+- ``StateDirectory=`` names: letters, digits and ``_ . - @`` only (a ``:`` would make it a symlink pair)
+  (:func:`plain_name`).
+- ``MemoryMax=`` and other sizes: a number with an optional K/M/G/T/P/E suffix, a percentage or ``infinity``
+  (:func:`memory_size`); systemd reads them without specifiers, so nothing is escaped, anything else refused.
 
 Nothing can carry a newline or another control character through a unit line: those values are refused
 with a :class:`UnitValueError` that names the variable, the value and the fix (one line).
@@ -147,3 +151,25 @@ def credential(name: str, path: object, what: str = "credential") -> str:
     if not _CREDENTIAL_NAME.match(name):
         raise UnitValueError(f"credential name {name!r} may hold only letters, digits, _ . -")
     return f"{name}:{line_value(absolute_path(path, what), what)}"
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.@-]+\Z")
+_SIZE = re.compile(r"(\d+(\.\d+)?[KMGTPE]?|\d+(\.\d+)?%|infinity)\Z")
+
+
+def plain_name(value: object, what: str = "name") -> str:
+    """A single word that needs no quoting or escaping (``StateDirectory=`` name, a unit or user name)."""
+    text = representable(value, what)
+    if not _PLAIN_NAME.match(text) or text in (".", ".."):
+        raise UnitValueError(f"{what}={value!r}: may hold only letters, digits and _ . - @; rename it")
+    return text
+
+
+def memory_size(value: object, what: str = "size") -> str:
+    """A ``MemoryMax=``-style size: bytes with an optional K, M, G, T, P or E suffix, a percentage of the host's
+    memory, or infinity."""
+    text = representable(value if isinstance(value, str) else str(value), what)
+    if not _SIZE.match(text):
+        raise UnitValueError(f"{what}={value!r}: not a size systemd reads (e.g. 20G, 512M, 80% or infinity); "
+                             "set one of those")
+    return text

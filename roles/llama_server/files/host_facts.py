@@ -3,7 +3,8 @@
 the API key file's stat and the shape of its lines (never the key), which process, in which systemd unit,
 listens on each port, and whether the service user can reach each model file.
 Prints JSON: {"key_file": {...} | null, "ports": {"8080": {"pid", "comm", "unit"} | null},
-"paths": {"llama_server_target_model": {...}}}."""
+"paths": {"llama_server_target_model": {...}}}; with ``--tokens-file`` (TabbyAPI's api_tokens.yml) also
+"tokens_file": its stat and which of api_key/admin_key it sets (never the keys)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,26 @@ def key_file(path: str) -> dict | None:
                 facts["content"] = key_lines(fh.read(1024 * 1024))
         except OSError as exc:
             facts["content"] = {"error": exc.strerror}
+    return facts
+
+
+def tokens_file(path: str) -> dict | None:
+    """TabbyAPI's api_tokens.yml: the stat of ``key_file`` and whether ``api_key:``/``admin_key:`` have a value."""
+    facts = key_file(path)
+    if not facts or not facts.get("exists"):
+        return facts
+    facts.pop("content", None)
+    tokens = {"api_key": False, "admin_key": False}
+    if stat.S_ISREG(facts["mode"]):
+        try:
+            with open(path, "rb") as fh:
+                for line in fh.read(1024 * 1024).decode("utf-8", "replace").splitlines():
+                    match = re.match(r"(api_key|admin_key)\s*:\s*(\S.*?)\s*$", line)
+                    if match and match.group(2) not in ("''", '""', "null", "~"):
+                        tokens[match.group(1)] = True
+        except OSError as exc:
+            facts["error"] = exc.strerror
+    facts["tokens"] = tokens
     return facts
 
 
@@ -190,12 +211,14 @@ def main() -> None:
     parser.add_argument("--path", action="append", default=[], metavar="NAME=PATH",
                         help="a file the service must read (an empty PATH is skipped)")
     parser.add_argument("--group", action="append", default=[], help="the unit's SupplementaryGroups")
+    parser.add_argument("--tokens-file", default="", help="TabbyAPI's api_tokens.yml")
     args = parser.parse_args()
     gids = group_ids(args.group)
     paths = dict(item.split("=", 1) for item in args.path if "=" in item)
     print(json.dumps({"key_file": key_file(args.key_file),
                       "ports": {str(p): owner(listening_inodes(p)) for p in args.port},
-                      "paths": {name: path_access(path, gids) for name, path in paths.items() if path}}))
+                      "paths": {name: path_access(path, gids) for name, path in paths.items() if path},
+                      **({"tokens_file": tokens_file(args.tokens_file)} if args.tokens_file else {})}))
 
 
 if __name__ == "__main__":

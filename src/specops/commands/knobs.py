@@ -23,13 +23,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"replace the section between {BEGIN} and {END} in this file with the table")
 
 
-def replace_section(text: str, table: str) -> str:
-    """``text`` with the part between the markers replaced by ``table``."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"markers missing: add a line {BEGIN} and a line {END}")
-    head, rest = text.split(BEGIN, 1)
-    _old, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{table}{END}{tail}"
+def replace_section(text: str, table: str, begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with the part between the markers (``begin``/``end``: the knobs table's by default; `specops
+    role-settings` passes its own) replaced by ``table``."""
+    if begin not in text or end not in text:
+        raise ValueError(f"markers missing: add a line {begin} and a line {end}")
+    head, rest = text.split(begin, 1)
+    _old, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{table}{end}{tail}"
 
 
 def run(args: argparse.Namespace) -> int:

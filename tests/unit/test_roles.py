@@ -1,0 +1,36 @@
+"""Every role is documented and declares each setting once: a README, Galaxy metadata, and argument specs whose
+entry points describe exactly the variables of defaults/main.yml (the first play validates inputs with them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+ALL = sorted(p.name for p in ROLES.iterdir() if (p / "tasks").is_dir())
+
+
+@pytest.mark.parametrize("role", ALL)
+def test_role_has_readme_metadata_and_argument_specs_for_its_defaults(role: str) -> None:
+    path = ROLES / role
+    assert (path / "README.md").is_file(), f"roles/{role} has no README.md"
+    meta = yaml.safe_load((path / "meta" / "main.yml").read_text())
+    assert meta["galaxy_info"]["role_name"] == role
+    specs = yaml.safe_load((path / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    defaults_file = path / "defaults" / "main.yml"
+    defaults = set(yaml.safe_load(defaults_file.read_text()) or {}) if defaults_file.is_file() else set()
+    if not defaults:
+        return
+    # a role used only through tasks_from (roles/systemd_unit) describes its settings per entry point
+    entry_points = [specs["main"]] if "main" in specs else list(specs.values())
+    options = set().union(*(set(e.get("options") or {}) for e in entry_points))
+    assert defaults == options, (
+        f"roles/{role}: in defaults but not described: {sorted(defaults - options)}; "
+        f"described but not in defaults: {sorted(options - defaults)}")
+
+
+def test_every_role_is_found() -> None:
+    assert {"llama_server", "llama_cpp", "models", "exporter", "monitoring", "loadbalancer",
+            "specops_package"} <= set(ALL)
