@@ -34,6 +34,8 @@ from specops.profile import ProfileError, ServerProfile
 from specops.speedgate import SpeedGateError, judge, message, mode_from_fit
 from specops.unitfile import (
     UnitValueError,
+    address_prefix,
+    cpu_quota,
     credential,
     env_assignment,
     exec_line,
@@ -98,6 +100,16 @@ def specops_systemd_name(value: str, what: str = "name") -> str:
 def specops_systemd_size(value: str, what: str = "size") -> str:
     """A MemoryMax=-style size (20G, 512M, 80%, infinity); anything else refused."""
     return _unit(memory_size, value, what)
+
+
+def specops_systemd_cpu_quota(value: str, what: str = "cpu quota") -> str:
+    """A CPUQuota= percentage; anything else refused."""
+    return _unit(cpu_quota, value, what)
+
+
+def specops_systemd_address(value: str, what: str = "address") -> str:
+    """One IPAddressAllow= entry (an address, a prefix or a systemd keyword); anything else refused."""
+    return _unit(address_prefix, value, what)
 
 
 def specops_input_problems(values: dict, specs: dict) -> list[str]:
@@ -217,6 +229,8 @@ class FilterModule:
             "specops_systemd_credential": specops_systemd_credential,
             "specops_systemd_name": specops_systemd_name,
             "specops_systemd_size": specops_systemd_size,
+            "specops_systemd_cpu_quota": specops_systemd_cpu_quota,
+            "specops_systemd_address": specops_systemd_address,
             "specops_cmake_options": specops_cmake_options,
             "specops_input_problems": specops_input_problems,
             "specops_host_problems": specops_host_problems,

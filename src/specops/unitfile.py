@@ -165,6 +165,31 @@ def plain_name(value: object, what: str = "name") -> str:
     return text
 
 
+_PERCENT = re.compile(r"\d+(\.\d+)?%\Z")
+
+
+def cpu_quota(value: object, what: str = "cpu quota") -> str:
+    """A ``CPUQuota=`` percentage (may exceed 100% on several cores)."""
+    text = representable(value if isinstance(value, str) else str(value), what)
+    if not _PERCENT.match(text):
+        raise UnitValueError(f"{what}={value!r}: not a CPU quota systemd reads (a percentage, e.g. 50% or 200%)")
+    return text
+
+
+def address_prefix(value: object, what: str = "address") -> str:
+    """One ``IPAddressAllow=`` entry: an IPv4/IPv6 address or prefix (10.0.0.0/8), or a systemd keyword."""
+    import ipaddress
+
+    text = representable(value if isinstance(value, str) else str(value), what)
+    if text in ("any", "localhost", "link-local", "multicast"):
+        return text
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise UnitValueError(f"{what}={value!r}: not an IP address or prefix (e.g. 10.0.0.5 or 10.0.0.0/24)") from None
+    return text
+
+
 def memory_size(value: object, what: str = "size") -> str:
     """A ``MemoryMax=``-style size: bytes with an optional K, M, G, T, P or E suffix, a percentage of the host's
     memory, or infinity."""

@@ -146,3 +146,15 @@ def test_escapes_are_exactly_systemds():
     assert exec_line(["/bin/x", "--api-key-file", "%d/key"], verbatim=["%d/key"]) == "/bin/x --api-key-file %d/key"
     assert env_assignment("A", 'x "%" $y') == '"A=x \\"%%\\" $y"'
     assert line_value("mödels 100%") == "mödels 100%%"
+
+
+def test_cpu_quota_and_address_entries_are_checked() -> None:
+    from specops.unitfile import UnitValueError, address_prefix, cpu_quota
+
+    assert cpu_quota("50%") == "50%" and cpu_quota("250%") == "250%"
+    assert address_prefix("10.0.0.0/24") == "10.0.0.0/24" and address_prefix("fd00::1") == "fd00::1"
+    assert address_prefix("localhost") == "localhost"
+    for bad, fn in (("50", cpu_quota), ("half", cpu_quota), ("10.0.0.0/33", address_prefix),
+                    ("10.0.0.1 any", address_prefix), ("example.com", address_prefix)):
+        with pytest.raises(UnitValueError):
+            fn(bad)
