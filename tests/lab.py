@@ -7,11 +7,13 @@ the first run on a fresh machine builds llama.cpp (minutes); later runs take sec
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,3 +97,37 @@ def installed_build(root: Path = LAB_INSTALL_ROOT) -> LlamaBuild:
 def model_path(name: str) -> Path:
     spec = catalog()[name]
     return fetch(spec, cache_dir() / "models", cache_dir(), progress=False)
+
+
+# ---- shared by the lab tests of both engines' deploys (bad inputs, rollbacks) ----------------------------
+def file_sha(labhost, path: str) -> str:
+    """sha256 of a file on the lab host, or "absent": what a refused deploy must leave unchanged."""
+    out = labhost.run(["cat", path], check=False)
+    return hashlib.sha256(out.stdout.encode()).hexdigest() if out.returncode == 0 else "absent"
+
+
+def refusal_line(text: str, fragment: str) -> str:
+    """The message of the last failed task (``text``: whitespace-folded output; a rescued failure comes before the
+    one that ends the play), which must hold ``fragment``."""
+    found = re.findall(r"FAILED! => .*?\bmsg: (.*?) (?=PLAY RECAP|TASK \[|NO MORE HOSTS|RUNNING HANDLER)", text)
+    assert found, text[-3000:]
+    message = found[-1].strip()
+    if message.startswith("'") and message.endswith("'"):
+        message = message[1:-1].replace("''", "'")
+    assert fragment in message, message
+    return message
+
+
+def squatter(port: int, unit: str) -> tuple[Callable, Callable]:
+    """(setup, teardown) of a transient unit on the lab host that holds ``port`` (a port taken by somebody else)."""
+    def setup(labhost) -> None:
+        labhost.run(["systemd-run", f"--unit={unit}", "--property=Type=exec", "python3", "-m", "http.server",
+                     str(port), "--bind", "127.0.0.1"])
+        labhost.wait_for(lambda: labhost.run(["python3", "-c", "import urllib.request;urllib.request.urlopen("
+                                              f"'http://127.0.0.1:{port}/',timeout=2)"], check=False).returncode == 0,
+                         timeout=60)
+
+    def teardown(labhost) -> None:
+        labhost.run(["systemctl", "stop", unit], check=False)
+
+    return setup, teardown

@@ -7,7 +7,6 @@ Each refusal's message and its time to refusal are printed (run with -s to see t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shlex
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests import lab
 from tests.integration.test_deploy import UNIT, completion, deploy, main_pid, n_restarts
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 BASELINE = "llama-server-baseline"
 TEST_DIR = "/etc/specops-inputs-test"
 SQUAT_PORT = 8090
+SQUAT = lab.squatter(SQUAT_PORT, "specops-squatter")  # (setup, teardown): the port taken by another unit
 
 STREAM = r"""
 import json, os, sys, time, urllib.request
@@ -99,27 +100,11 @@ class Stream:
         return [r for r in self.records if not r.get("ok")]
 
 
-def sha(labhost, path: str) -> str:
-    out = labhost.run(["cat", path], check=False)
-    return hashlib.sha256(out.stdout.encode()).hexdigest() if out.returncode == 0 else "absent"
-
-
 def host_state(labhost) -> dict:
-    return {"unit": sha(labhost, f"/etc/systemd/system/{UNIT}.service"),
-            "baseline": sha(labhost, f"/etc/systemd/system/{BASELINE}.service"),
+    return {"unit": lab.file_sha(labhost, f"/etc/systemd/system/{UNIT}.service"),
+            "baseline": lab.file_sha(labhost, f"/etc/systemd/system/{BASELINE}.service"),
             "pid": main_pid(labhost), "restarts": n_restarts(labhost),
             "models": labhost.run(["sh", "-c", "ls -la /srv/ /srv/specops/models"]).stdout}
-
-
-def refusal_line(text: str, fragment: str) -> str:
-    """The refusal message of a failed run (``text``: whitespace-folded output), which must hold ``fragment``."""
-    match = re.search(r"FAILED! => .*?\bmsg: (.*?) (?:PLAY RECAP|TASK \[|NO MORE HOSTS)", text)
-    assert match, text[-3000:]
-    message = match.group(1).strip()
-    if message.startswith("'") and message.endswith("'"):
-        message = message[1:-1].replace("''", "'")
-    assert fragment in message, message
-    return message
 
 
 def proof_line(text: str) -> str:
@@ -148,18 +133,6 @@ class Case:
     setup: Callable | None = None
     teardown: Callable | None = None
     absent: list[str] = field(default_factory=list)   # paths that must not appear on the host
-
-
-def squat(labhost) -> None:
-    labhost.run(["systemd-run", "--unit=specops-squatter", "--property=Type=exec", "python3", "-m", "http.server",
-                 str(SQUAT_PORT), "--bind", "127.0.0.1"])
-    labhost.wait_for(lambda: labhost.run(["python3", "-c", "import urllib.request;urllib.request.urlopen("
-                                          f"'http://127.0.0.1:{SQUAT_PORT}/',timeout=2)"], check=False).returncode == 0,
-                     timeout=60)
-
-
-def unsquat(labhost) -> None:
-    labhost.run(["systemctl", "stop", "specops-squatter"], check=False)
 
 
 def key_file(name: str, content: str) -> Callable:
@@ -207,7 +180,7 @@ CASES = {
     "API key file not root's": Case([f"llama_server_api_key_file={TEST_DIR}/key-not-root"],
                                     "llama_server_api_key_file", f"chown root:root {TEST_DIR}/key-not-root"),
     "port taken by another process": Case([f"llama_server_port={SQUAT_PORT}"], "llama_server_port",
-                                          f"port {SQUAT_PORT} is already taken", setup=squat, teardown=unsquat),
+                                          f"port {SQUAT_PORT} is already taken", setup=SQUAT[0], teardown=SQUAT[1]),
     "parallel 0": Case(["llama_server_parallel=0"], "llama_server_parallel", "must be at least 1"),
     "negative draft length": Case(["llama_server_draft_n_max=-1"], "llama_server_draft_n_max", "must be at least 0"),
     "string where a number belongs": Case(["llama_server_ctx_size=lots"], "llama_server_ctx_size",
@@ -266,7 +239,7 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(serving, labhost, 
         if case.teardown:
             case.teardown(labhost)
     assert run.rc != 0, run.output[-3000:]
-    line = refusal_line(run.text, case.fragment)
+    line = lab.refusal_line(run.text, case.fragment)
     REFUSALS.append((name, line, elapsed))
     print(f"\nREFUSAL | {name} | {elapsed:.1f} s | {line}")
     assert f"{case.variable}=" in line, line

@@ -17,7 +17,6 @@ Run with -s to see the refusal table.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -43,6 +42,7 @@ BROKEN = f"{MODELS}/Mistral-broken-exl2"
 TOKENS = "/etc/tabbyapi/api_tokens.yml"
 TEST_DIR = "/etc/tabbyapi-inputs-test"
 SQUAT_PORT = 5090
+SQUAT = lab.squatter(SQUAT_PORT, "specops-tabby-squatter")  # (setup, teardown): the port taken by another unit
 API_KEY = "tabby-key-3f9a"
 BASE = {"tabbyapi_hosts": "llama_servers", "tabbyapi_models_dir": MODELS, "tabbyapi_target_model": TARGET,
         "tabbyapi_draft_model": DRAFT, "tabbyapi_draft_n_max": 4, "tabbyapi_health_timeout": 60}
@@ -53,15 +53,10 @@ def deploy(labhost, *extra: str, **overrides: object) -> lab.PlaybookRun:
                                 "-e", json.dumps({**BASE, **overrides}), *extra, timeout=900)
 
 
-def sha(labhost, path: str) -> str:
-    out = labhost.run(["cat", path], check=False)
-    return hashlib.sha256(out.stdout.encode()).hexdigest() if out.returncode == 0 else "absent"
-
-
 def host_state(labhost) -> dict:
-    return {"unit": sha(labhost, f"/etc/systemd/system/{UNIT}.service"),
-            "config": sha(labhost, "/etc/tabbyapi/config.yml"),
-            "known-good": sha(labhost, f"/etc/specops/known-good/{UNIT}.service"),
+    return {"unit": lab.file_sha(labhost, f"/etc/systemd/system/{UNIT}.service"),
+            "config": lab.file_sha(labhost, "/etc/tabbyapi/config.yml"),
+            "known-good": lab.file_sha(labhost, f"/etc/specops/known-good/{UNIT}.service"),
             "pid": labhost.show(f"{UNIT}.service", "MainPID"), "restarts": labhost.show(f"{UNIT}.service", "NRestarts")}
 
 
@@ -155,7 +150,7 @@ def test_a_failing_start_rolls_back_to_the_known_good_unit(deployed, labhost):
     before = host_state(labhost)
     run = deploy(labhost, tabbyapi_target_model=BROKEN, tabbyapi_draft_model="")
     assert run.rc != 0, run.output[-4000:]
-    line = refusal_line(run.text, "The new TabbyAPI configuration failed")
+    line = lab.refusal_line(run.text, "The new TabbyAPI configuration failed")
     print(f"\nROLLBACK | {line}")
     assert "Error while deserializing header" in line, line
     assert "The last known-good unit was put back and answers /health again on http://127.0.0.1:5000" in line, line
@@ -177,35 +172,11 @@ def test_security_exposure_is_at_most_2(deployed, labhost):
     assert float(match.group(1)) <= 2.0
 
 
-def refusal_line(text: str, fragment: str) -> str:
-    """The message of the last failed task (``text``: whitespace-folded output; a rescued failure comes before the
-    one that ends the play), which must hold ``fragment``."""
-    found = re.findall(r"FAILED! => .*?\bmsg: (.*?) (?=PLAY RECAP|TASK \[|NO MORE HOSTS|RUNNING HANDLER)", text)
-    assert found, text[-3000:]
-    message = found[-1].strip()
-    if message.startswith("'") and message.endswith("'"):
-        message = message[1:-1].replace("''", "'")
-    assert fragment in message, message
-    return message
-
-
 def tokens_file(name: str, content: str, mode: str = "0600", owner: str = "root:root") -> Callable:
     def setup(labhost) -> None:
         labhost.run(["sh", "-c", f'printf "$1" > {TEST_DIR}/{name} && chmod {mode} {TEST_DIR}/{name} && '
                      f"chown {owner} {TEST_DIR}/{name}", "sh", content])
     return setup
-
-
-def squat(labhost) -> None:
-    labhost.run(["systemd-run", "--unit=specops-tabby-squatter", "--property=Type=exec", "python3", "-m",
-                 "http.server", str(SQUAT_PORT), "--bind", "127.0.0.1"])
-    labhost.wait_for(lambda: labhost.run(["python3", "-c", "import urllib.request;urllib.request.urlopen("
-                                          f"'http://127.0.0.1:{SQUAT_PORT}/',timeout=2)"], check=False).returncode == 0,
-                     timeout=60)
-
-
-def unsquat(labhost) -> None:
-    labhost.run(["systemctl", "stop", "specops-tabby-squatter"], check=False)
 
 
 def model_dir(path: str, which: str, files: tuple[str, ...] = ("config.json", "tokenizer.json")) -> Callable:
@@ -260,7 +231,7 @@ CASES = {
         {"tabbyapi_api_tokens_file": f"{TEST_DIR}/tokens-noadmin.yml"}, "tabbyapi_api_tokens_file",
         "no admin_key", setup=tokens_file("tokens-noadmin.yml", "api_key: a\\n")),
     "port taken by another process": Case({"tabbyapi_port": SQUAT_PORT}, "tabbyapi_port",
-                                          f"port {SQUAT_PORT} is already taken", setup=squat, teardown=unsquat),
+                                          f"port {SQUAT_PORT} is already taken", setup=SQUAT[0], teardown=SQUAT[1]),
     "target directory missing": Case({"tabbyapi_target_model": f"{MODELS}/nothing-here"}, "tabbyapi_target_model",
                                      "no such directory"),
     "target without tokenizer.json": Case({"tabbyapi_target_model": f"{TEST_DIR}/no-tokenizer"},
@@ -293,7 +264,7 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(deployed, labhost,
         if case.teardown:
             case.teardown(labhost)
     assert run.rc != 0, run.output[-3000:]
-    line = refusal_line(run.text, case.fragment)
+    line = lab.refusal_line(run.text, case.fragment)
     REFUSALS.append((name, line, elapsed))
     print(f"\nREFUSAL | {name} | {elapsed:.1f} s | {line}")
     assert line.startswith(f"{case.variable}=") and " | " not in line, line
