@@ -21,12 +21,23 @@ DESCRIPTION = ("specops: build, deploy, verify, benchmark and watch llama.cpp sp
                "Run `specops COMMAND --help` for each command.")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _module_names(only: str | None = None) -> list[str]:
+    """The command modules, or just the one for command ``only`` (``check-pair`` lives in ``check_pair``)."""
+    names = sorted(info.name for info in pkgutil.iter_modules(commands.__path__))
+    if only is not None and only.replace("-", "_") in names:
+        return [only.replace("-", "_")]
+    return names
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every command, or with command ``only`` alone when there is one by that name: a command
+    run imports its own module only (the deploy runs `specops fit`, `check-pair` and `fetch-model` on every run;
+    importing all of them cost ~0.25 s each time on the 2-core lab machine)."""
     parser = argparse.ArgumentParser(prog="specops", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"specops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+    for name in _module_names(only):
+        module = importlib.import_module(f"{commands.__name__}.{name}")
         if not hasattr(module, "run"):
             continue
         cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
@@ -43,8 +54,13 @@ def _subparser(parser: argparse.ArgumentParser, name: str | None) -> argparse.Ar
     return None
 
 
+def _command_word(argv: list[str]) -> str | None:
+    """The command named on the line (its first word), when it comes before any option."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_command_word(sys.argv[1:] if argv is None else argv))
     args, extra = parser.parse_known_args(argv)
     if extra:  # argparse reports them from the top parser, with its usage: let the command's parser say it
         command = _subparser(parser, getattr(args, "command", None))
