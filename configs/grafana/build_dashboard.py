@@ -55,6 +55,21 @@ ROWS: list[tuple[str, list[Panel]]] = [
               [(f"instance:llamacpp_decode_tokens_per_second:rate5m{{{SEL}}}", "{{instance}}")],
               "stat", width=4, height=4),
     ]),
+    ("Fleet", [
+        Panel("llama.cpp builds serving",
+              [(f"count(count by (build_commit) (llamacpp_server_info{{{SEL}}}))", "builds")], "stat", width=4, height=6,
+              description="Distinct llama.cpp builds among the selected hosts: 1 except during a rolling upgrade. "
+              "Alert LlamaCppVersionSkew fires when more than one (of those the exporter can tell) serve for 30 "
+              "minutes, longer than a rollout takes."),
+        Panel("Hosts per build", [(f"count by (build_commit, build_number) (llamacpp_server_info{{{SEL}}})", "")],
+              "table", width=6, height=6, instant=True),
+        Panel("Decode tokens/s by host (5m)",
+              [(f"instance:llamacpp_decode_tokens_per_second:rate5m{{{SEL}}}", "{{instance}}")], "bargauge",
+              width=7, height=6),
+        Panel("Draft acceptance by host (5m)",
+              [(f"instance:llamacpp_spec_acceptance_ratio:rate5m{{{SEL}}}", "{{instance}}")], "bargauge",
+              unit="percentunit", width=7, height=6),
+    ]),
     ("Speculation", [
         Panel("Draft acceptance vs this host's break-even",
               [(f"instance:llamacpp_spec_acceptance_ratio:rate5m{{{SEL}}}", "{{instance}}"),
@@ -171,6 +186,9 @@ def _panel(p: Panel, pid: int, x: int, y: int) -> dict:
     if p.kind == "stat":
         panel["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                             "colorMode": "value", "graphMode": "area"}
+    if p.kind == "bargauge":  # one bar per host, its latest value
+        panel["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                            "orientation": "horizontal", "displayMode": "gradient", "showUnfilled": True}
     if p.kind == "table":
         panel["transformations"] = [{"id": "organize", "options": {
             "excludeByName": {"Time": True, "Value": True, "__name__": True}}}]
