@@ -218,36 +218,65 @@ CASES = {
                                            setup=key_file("key-bom", "\\357\\273\\277secret-key\\n"),
                                            teardown=remove(f"{TEST_DIR}/key-bom")),
 }
+@dataclass
+class Refusal:
+    run: lab.PlaybookRun
+    elapsed: float
+    before: dict
+    after: dict
+    window: tuple[float, float]   # epoch seconds: from this case's deploy to the next case's (or the stream's end)
+    stream: Stream
+
+    @property
+    def failures(self) -> list[dict]:
+        """The client's requests that failed while this case ran (up to the next one)."""
+        start, stop = self.window
+        return [r for r in self.stream.failures if start <= r["end"] < stop]
+
+
+@pytest.fixture(scope="module")
+def refusals(serving, labhost) -> dict[str, Refusal]:
+    """Every bad input deployed one after the other while one client streams from the service throughout (one
+    stream for all cases: starting and draining one per case cost ~5 s each); the client must complete a request
+    after the last refusal, and none may fail while any case runs."""
+    runs: dict[str, tuple[lab.PlaybookRun, float, dict, dict, float]] = {}
+    with Stream(labhost) as stream:
+        for name, case in CASES.items():
+            if case.setup:
+                case.setup(labhost)
+            try:
+                before = host_state(labhost)
+                started, t0 = time.time(), time.monotonic()
+                run = deploy(labhost, *[a for x in case.extra for a in ("-e", x)])
+                elapsed = time.monotonic() - t0
+                after = host_state(labhost)
+            finally:
+                if case.teardown:
+                    case.teardown(labhost)
+            runs[name] = (run, elapsed, before, after, started)
+        stream.wait_for_requests(1, after=time.time())   # the service still answers after the last refusal
+    starts = [started for *_, started in runs.values()] + [float("inf")]
+    return {name: Refusal(run, elapsed, before, after, (started, starts[i + 1]), stream)
+            for i, (name, (run, elapsed, before, after, started)) in enumerate(runs.items())}
+
+
 REFUSALS: list[tuple[str, str, float]] = []
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_bad_input_is_refused_in_one_line_and_changes_nothing(serving, labhost, name):
-    case = CASES[name]
-    if case.setup:
-        case.setup(labhost)
-    try:
-        before = host_state(labhost)
-        with Stream(labhost) as stream:
-            t0 = time.monotonic()
-            run = deploy(labhost, *[a for x in case.extra for a in ("-e", x)])
-            elapsed = time.monotonic() - t0
-            ended = time.time()
-            stream.wait_for_requests(1, after=ended)   # the service still answers after the refusal
-        after = host_state(labhost)
-    finally:
-        if case.teardown:
-            case.teardown(labhost)
+def test_bad_input_is_refused_in_one_line_and_changes_nothing(refusals, labhost, name):
+    case, refusal = CASES[name], refusals[name]
+    run = refusal.run
     assert run.rc != 0, run.output[-3000:]
     line = lab.refusal_line(run.text, case.fragment)
-    REFUSALS.append((name, line, elapsed))
-    print(f"\nREFUSAL | {name} | {elapsed:.1f} s | {line}")
+    REFUSALS.append((name, line, refusal.elapsed))
+    print(f"\nREFUSAL | {name} | {refusal.elapsed:.1f} s | {line}")
     assert f"{case.variable}=" in line, line
     assert "Traceback" not in run.text and "stderr_lines" not in run.text
     # refused in preflight: nothing was copied, rendered into place or restarted
     assert "Install the models" not in run.text and "Render the units into staging" not in run.text
-    assert after == before, (before, after)
-    assert stream.failures == [], stream.failures
+    assert refusal.after == refusal.before, (refusal.before, refusal.after)
+    assert refusal.failures == [], refusal.failures
     for path in case.absent:
         assert labhost.run(["test", "-e", path], check=False).returncode != 0, path
 
