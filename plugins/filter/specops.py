@@ -226,6 +226,26 @@ def specops_gate_mode(fit: dict | None) -> str:
     return mode_from_fit(fit)
 
 
+def specops_upgrade_diff(old_help: str, new_help: str, profile: dict, old_label: str = "deployed",
+                         new_label: str = "new") -> dict:
+    """The upgrade guard: what changes between the build a host runs (``old_help``, its ``--help``) and the one
+    being deployed, for a person (``text``: renames, removals, dropped spellings, changed defaults and speculative
+    types one per line; added flags only counted), and whether ``profile`` renders for the new build
+    (``renders``, else ``reason``)."""
+    from specops.capabilities import parse_help
+    from specops.capdiff import diff_help, profile_renders, render_text
+
+    d = diff_help(str(old_help), str(new_help))
+    lines = [ln for ln in render_text(d, old_label, new_label).splitlines() if not ln.startswith("added:")]
+    if d.added:
+        lines.append(f"added:    {len(d.added)} flags (`specops capabilities diff OLD NEW` lists them)")
+    try:
+        renders, why = profile_renders(ServerProfile.from_dict(dict(profile)), parse_help(str(new_help)))
+    except ProfileError as exc:
+        renders, why = False, str(exc)
+    return {"changes": not d.empty, "text": "\n".join(lines), "renders": renders, "reason": "" if renders else why}
+
+
 def specops_probe_summary(*args, **kwargs) -> dict:
     from specops.probe import summarize_probe  # on use: the probe's client pulls in httpx
 
@@ -261,4 +281,5 @@ class FilterModule:
             "specops_speed_gate": specops_speed_gate,
             "specops_knob_flags": specops_knob_flags,
             "specops_gate_mode": specops_gate_mode,
+            "specops_upgrade_diff": specops_upgrade_diff,
         }

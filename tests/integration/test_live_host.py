@@ -196,19 +196,24 @@ SWAP_STEPS = {
 
 
 def interrupted_deploy(labhost, banner: str, *extra: str) -> tuple[int, str]:
-    """deploy.yml (as test_deploy.deploy runs it), sent SIGINT (an operator's Ctrl-C) the moment ``banner`` is
-    printed."""
+    """deploy.yml (as test_deploy.deploy runs it), interrupted as an operator's Ctrl-C does the moment ``banner`` is
+    printed: SIGINT to its whole process group (ansible-playbook, its forked workers, their ssh), as a terminal
+    sends it to the foreground job."""
     cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "deploy.yml", "-i", "inventory/builder.yml",
            "-i", str(labhost.inventory), "-e", f"@{PROFILE}", "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}",
            *extra]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(lab.REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.Popen(cmd, cwd=lab.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    # unbuffered: Ansible writes its banners without flushing, so through a pipe a banner could reach this reader
+    # kilobytes (or the whole run) late, and the "interrupted" deploy had already finished (rc 0) when SIGINT came
+    env = {**os.environ, "ANSIBLE_CONFIG": str(lab.REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=lab.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
     out, sent = [], False
     assert proc.stdout is not None
     for line in proc.stdout:
         out.append(line)
         if not sent and line.startswith(banner):
-            proc.send_signal(signal.SIGINT)
+            os.killpg(proc.pid, signal.SIGINT)
             sent = True
     proc.wait(timeout=600)
     assert sent, "".join(out)[-3000:]
@@ -223,8 +228,8 @@ def test_an_interrupted_deploy_converges_on_the_re_run(live, labhost, step):
     args = ("-e", "llama_server_speed_gate=off", "-e", f"llama_server_ctx_size={target}")
     with Stream(labhost) as stream:
         t0 = time.monotonic()
-        rc, _ = interrupted_deploy(labhost, SWAP_STEPS[step], *args)
-        assert rc != 0
+        rc, interrupted = interrupted_deploy(labhost, SWAP_STEPS[step], *args)
+        assert rc != 0, interrupted[-4000:]
         again = deploy(labhost, *args)
         seconds = time.monotonic() - t0
         stream.wait_ok(1, after=time.time())

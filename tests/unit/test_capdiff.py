@@ -4,6 +4,7 @@ dialect (before the April 2026 rename) and the pinned 0c1e57098."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,42 @@ def test_bad_inputs_are_one_line(tmp_path: Path) -> None:
         main(["capabilities", "diff", str(PINNED), str(empty)])
     with pytest.raises(SystemExit, match="--binary or --help-file"):
         main(["capabilities"])
+
+
+def _filters():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("specops_filters", FIX.parents[1] / "plugins/filter/specops.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PROFILE = {"model": "/srv/specops/models/t.gguf", "draft_model": "/srv/specops/models/d.gguf",
+           "spec_type": "draft-simple", "draft_n_max": 2, "ctx_size": 4096, "port": 8080}
+
+
+def test_the_deploys_upgrade_guard_prints_the_rename_and_the_silent_default_and_lets_a_renderable_profile_pass():
+    out = _filters().specops_upgrade_diff(LEGACY.read_text(), PINNED.read_text(), PROFILE, "4227c9be4-cpu",
+                                          "0c1e57098-cpu")
+    assert out["changes"] and out["renders"] and out["reason"] == ""
+    lines = out["text"].splitlines()
+    assert lines[0] == "llama-server 4227c9be4-cpu -> 0c1e57098-cpu: flag dialect legacy -> spec"
+    assert any(ln.startswith("renamed:") and "--draft-max" in ln and "--spec-draft-n-max" in ln for ln in lines)
+    assert any(ln.startswith("default:") and "--spec-draft-p-min" in ln and "0.8 -> 0.00" in ln for ln in lines)
+    # the flags an upgrade adds are counted, not listed one per line in the deploy's output
+    (added,) = [ln for ln in lines if ln.startswith("added:")]
+    assert re.fullmatch(r"added: +\d+ flags \(`specops capabilities diff OLD NEW` lists them\)", added), added
+
+
+def test_the_deploys_upgrade_guard_refuses_a_profile_the_new_build_cannot_render():
+    # a downgrade to the legacy dialect: no n-gram speculative type there
+    out = _filters().specops_upgrade_diff(PINNED.read_text(), LEGACY.read_text(),
+                                          {**PROFILE, "draft_model": None, "spec_type": "ngram-mod"})
+    assert out["changes"] and not out["renders"]
+    assert "ngram-mod" in out["reason"], out["reason"]
+
+
+def test_the_same_build_is_no_change_for_the_guard():
+    out = _filters().specops_upgrade_diff(PINNED.read_text(), PINNED.read_text(), PROFILE)
+    assert not out["changes"] and out["renders"]
