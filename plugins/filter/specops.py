@@ -243,7 +243,8 @@ def specops_upgrade_diff(old_help: str, new_help: str, profile: dict, old_label:
         renders, why = profile_renders(ServerProfile.from_dict(dict(profile)), parse_help(str(new_help)))
     except ProfileError as exc:
         renders, why = False, str(exc)
-    return {"changes": not d.empty, "text": "\n".join(lines), "renders": renders, "reason": "" if renders else why}
+    return {"changes": not d.empty, "text": "\n".join(lines), "renders": renders,
+            "reason": "" if renders else why.rstrip(". ")}
 
 
 def specops_probe_summary(*args, **kwargs) -> dict:
