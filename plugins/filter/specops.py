@@ -236,14 +236,12 @@ def specops_upgrade_diff(old_help: str, new_help: str, profile: dict, old_label:
     from specops.capdiff import diff_help, profile_renders, render_text
 
     d = diff_help(str(old_help), str(new_help))
-    lines = [ln for ln in render_text(d, old_label, new_label).splitlines() if not ln.startswith("added:")]
-    if d.added:
-        lines.append(f"added:    {len(d.added)} flags (`specops capabilities diff OLD NEW` lists them)")
+    text = render_text(d, old_label, new_label, list_added=False).rstrip("\n")
     try:
         renders, why = profile_renders(ServerProfile.from_dict(dict(profile)), parse_help(str(new_help)))
     except ProfileError as exc:
         renders, why = False, str(exc)
-    return {"changes": not d.empty, "text": "\n".join(lines), "renders": renders,
+    return {"changes": not d.empty, "text": text, "renders": renders,
             "reason": "" if renders else why.rstrip(". ")}
 
 

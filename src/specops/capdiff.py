@@ -143,8 +143,9 @@ def profile_renders(profile: ServerProfile, caps: Capabilities) -> tuple[bool, s
     return True, " ".join(argv[1:])
 
 
-def render_text(d: CapDiff, old_label: str, new_label: str) -> str:
-    """The diff for a person, one finding per line."""
+def render_text(d: CapDiff, old_label: str, new_label: str, list_added: bool = True) -> str:
+    """The diff for a person, one finding per line; the added flags one per line too, or only counted
+    (``list_added=False``: the deploy's upgrade guard, where a major upgrade adds hundreds)."""
     def names(n: tuple[str, ...]) -> str:
         return ", ".join(n)
 
@@ -158,8 +159,10 @@ def render_text(d: CapDiff, old_label: str, new_label: str) -> str:
         lines.append(f"spelling dropped: {names(gone)} (the option stays as {names(stays)})")
     for c in d.defaults:
         lines.append(f"default:  {names(c.names)}: {c.old} -> {c.new}")
-    for n in d.added:
-        lines.append(f"added:    {names(n)}")
+    if list_added:
+        lines.extend(f"added:    {names(n)}" for n in d.added)
+    elif d.added:
+        lines.append(f"added:    {len(d.added)} flags (`specops capabilities diff OLD NEW` lists them)")
     if d.spec_types_added:
         lines.append(f"speculative types added: {', '.join(d.spec_types_added)}")
     if d.spec_types_removed:
