@@ -153,14 +153,15 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "yes", "true", "on")
 
 
-def bring_up(name: str, *, fresh: bool) -> Lab:
-    """Create and boot ``name`` (destroying a leftover first when ``fresh``)."""
+def bring_up(name: str, *, fresh: bool, peers: bool = False) -> Lab:
+    """Create and boot ``name`` (destroying a leftover first when ``fresh``); ``peers``: routed to the other
+    peered lab hosts (a fleet)."""
     host = LabHost(name)
     if fresh and host.dir.exists():
         host.destroy()
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    host.create()
+    host.create(peers=peers)
     timings["create"] = time.monotonic() - t0
     t0 = time.monotonic()
     state = host.start()

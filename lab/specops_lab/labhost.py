@@ -3,7 +3,10 @@
 A lab host is a Debian rootfs booted with ``systemd-nspawn -b`` (systemd is PID 1 inside), living in its own
 network namespace joined to the machine by one veth pair on a private /30. Ansible reaches it over SSH with a
 per-host key; ``labhost inventory NAME`` prints the inventory path. Nothing inside can reach anything but the
-host end of its veth: no default route, forwarding disabled on the veth.
+host end of its veth: no default route, forwarding disabled on the veth. A host created with ``--peers`` (a fleet
+behind a load balancer) also reaches the other peered lab hosts: a route to the lab network through the host end
+of its veth, and forwarding on for that veth only (the machine's own ip_forward stays as it is, so nothing inside
+reaches beyond the lab network).
 
 Everything lives under ``$SPECOPS_CACHE`` (default ``~/.cache/specops``)::
 
@@ -64,7 +67,7 @@ PACKAGES = (
     # Prometheus is the Debian package the monitoring role configures (the lab host has no package mirror)
     "libnss-systemd",
     "prometheus",
-    # the load balancer in front of the servers (roles/loadbalancer, tests/integration/test_loadbalanced.py)
+    # the load balancer in front of the servers (roles/loadbalancer, tests/integration/test_fleet.py)
     "haproxy",
 )
 # Bump when the post-debootstrap recipe changes so cached tarballs are rebuilt.
@@ -448,6 +451,7 @@ class State:
     veth: str
     rootfs_tarball: str
     created: float
+    peers: bool = False  # routed to the other peered lab hosts (a fleet); otherwise the controller only
 
 
 class LabHost:
@@ -516,8 +520,9 @@ class LabHost:
 
     # ---- create
 
-    def create(self) -> bool:
-        """Unpack a fresh rootfs, key it and write the inventory. Returns False when it already existed."""
+    def create(self, peers: bool = False) -> bool:
+        """Unpack a fresh rootfs, key it and write the inventory. Returns False when it already existed.
+        ``peers``: the host also reaches the other peered lab hosts (a fleet behind a load balancer)."""
         require_root()
         ensure_host_tools()
         with file_lock(self.lockfile):
@@ -541,7 +546,7 @@ class LabHost:
             log(f"timing: rootfs restore (warm) {time.monotonic() - t0:.1f} s")
             self._personalize()
             with file_lock(self.cfg.hosts_dir / ".locks" / "subnets.lock"):
-                state = self._allocate(tarball)
+                state = self._allocate(tarball, peers)
                 write_text(self.state_file, json.dumps(asdict(state), indent=2) + "\n")
             self._write_inventory(state)
             log(f"{self.name}: created, {state.container_ip} (host side {state.host_ip}), {self.inventory}")
@@ -564,7 +569,7 @@ class LabHost:
         ssh_dir.chmod(0o700)
         write_text(ssh_dir / "authorized_keys", self.key.with_suffix(".pub").read_text(), 0o600)
 
-    def _allocate(self, tarball: Path) -> State:
+    def _allocate(self, tarball: Path, peers: bool) -> State:
         taken: set[ipaddress.IPv4Network] = set()
         ours: set[str] = set()
         for other in self.cfg.hosts_dir.glob("*/state.json"):
@@ -583,6 +588,7 @@ class LabHost:
             veth=veth_name(self.name),
             rootfs_tarball=str(tarball),
             created=time.time(),
+            peers=peers,
         )
 
     def _write_inventory(self, state: State) -> None:
@@ -647,9 +653,11 @@ class LabHost:
                 raise LabError(
                     f"cannot create veth pair {st.veth}: {proc.stderr.strip()} (veth module missing?)"
                 )
-        # The container reaches only the host end of its /30: no forwarding from the veth, no IPv6.
+        # The container reaches only the host end of its /30: no forwarding from the veth, no IPv6. A peered host
+        # reaches the other peered hosts too: forwarding from its veth (per device; ip_forward stays as it is) and,
+        # inside, a route to the lab network and nothing else.
         for knob, value in (
-            (f"ipv4/conf/{st.veth}/forwarding", "0"),
+            (f"ipv4/conf/{st.veth}/forwarding", "1" if st.peers else "0"),
             (f"ipv6/conf/{st.veth}/disable_ipv6", "1"),
         ):
             with contextlib.suppress(OSError):
@@ -659,6 +667,8 @@ class LabHost:
         run(["ip", "-n", st.netns, "addr", "replace", f"{st.container_ip}/30", "dev", CONTAINER_IF])
         run(["ip", "-n", st.netns, "link", "set", CONTAINER_IF, "up"])
         run(["ip", "-n", st.netns, "link", "set", "lo", "up"])
+        if st.peers:
+            run(["ip", "-n", st.netns, "route", "replace", self.cfg.net, "via", st.host_ip])
 
     def network_down(self) -> None:
         try:
@@ -853,7 +863,7 @@ class LabHost:
         info: dict[str, object] = {"name": self.name, "state": self.system_state(), "dir": str(self.dir)}
         if self.state_file.exists():
             st = self.state()
-            info.update(ip=st.container_ip, host_ip=st.host_ip, netns=st.netns, veth=st.veth,
+            info.update(ip=st.container_ip, host_ip=st.host_ip, netns=st.netns, veth=st.veth, peers=st.peers,
                         inventory=str(self.inventory), nspawn_pid=self.nspawn_pid(),
                         leader_pid=self.leader_pid())  # fmt: skip
         return info
@@ -905,8 +915,11 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("name", metavar="NAME")
         return sp
 
-    add("create", "unpack a fresh rootfs (debootstrap on first use), key it, write its inventory")
+    peers_help = "route it to the other lab hosts created with --peers (a fleet); default: the controller only"
+    sp = add("create", "unpack a fresh rootfs (debootstrap on first use), key it, write its inventory")
+    sp.add_argument("--peers", action="store_true", help=peers_help)
     sp = add("start", "boot the host (creating it first if needed) and wait until systemd is running")
+    sp.add_argument("--peers", action="store_true", help=f"when it creates the host: {peers_help}")
     sp.add_argument("--timeout", type=float, default=BOOT_TIMEOUT)
     sp = add("stop", "power off cleanly (kill after --timeout) and remove its network")
     sp.add_argument("--timeout", type=float, default=STOP_TIMEOUT)
@@ -945,11 +958,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     host = LabHost(args.name)
     if args.cmd == "create":
-        host.create()
+        host.create(peers=args.peers)
         print(host.inventory)
     elif args.cmd == "start":
         if not host.exists():
-            host.create()
+            host.create(peers=args.peers)
         host.start(timeout=args.timeout)
         print(host.inventory)
     elif args.cmd == "stop":
