@@ -13,6 +13,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,3 +133,126 @@ def squatter(port: int, unit: str) -> tuple[Callable, Callable]:
         labhost.run(["systemctl", "stop", unit], check=False)
 
     return setup, teardown
+
+
+# ---- a client on the lab host: completions back to back until stopped, one record per request -------------
+# Each request is one of a real client's: the same prompt, ``tokens`` tokens (ignore_eos: a known length), streamed
+# or not, a short pause between requests. A record: whether the answer ended whole, how many streamed pieces it
+# got before it ended, the HTTP status of a refusal, start and end (epoch s).
+CLIENT = r"""
+import json, os, sys, time, urllib.error, urllib.request
+opts = json.loads(sys.argv[1])
+while not os.path.exists(opts["stop"]):
+    t0, pieces, status = time.time(), 0, None
+    try:
+        body = json.dumps({"prompt": "Write a long story about a lighthouse keeper and the sea:",
+                           "n_predict": opts["tokens"], "stream": opts["stream"], "temperature": 0,
+                           "cache_prompt": False, "ignore_eos": True}).encode()
+        req = urllib.request.Request(opts["url"], data=body,
+                                     headers={"Content-Type": "application/json", **opts["headers"]})
+        done = False
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            if opts["stream"]:
+                for line in resp:
+                    if line.startswith(b"data: "):
+                        pieces += 1
+                        done = done or bool(json.loads(line[6:]).get("stop"))
+            else:
+                answer = json.loads(resp.read())
+                pieces = answer.get("tokens_predicted", 0)
+                done = bool(answer.get("stop")) and pieces == opts["tokens"]
+        print(json.dumps({"ok": done, "pieces": pieces, "start": t0, "end": time.time()}), flush=True)
+    except Exception as exc:
+        if isinstance(exc, urllib.error.HTTPError):
+            status = exc.code
+        print(json.dumps({"ok": False, "pieces": pieces, "status": status, "error": repr(exc)[:200], "start": t0,
+                          "end": time.time()}), flush=True)
+        time.sleep(0.3)  # a failing loop stays a client's pace (the failure itself is what a test reports)
+    time.sleep(0.2)
+"""
+
+
+class Stream:
+    """A client inside a lab host requesting completions back to back until stopped (streamed by default), sorting
+    what happened to each request: ``records``, ``failures``, ``cut`` (answers begun and cut before their end),
+    ``refused`` (no answer at all), ``window()`` (the longest run of refusals)."""
+
+    def __init__(self, labhost, tokens: int = 96, url: str = "http://127.0.0.1:8080/completion", *,
+                 stream: bool = True, headers: dict[str, str] | None = None, name: str = "stream") -> None:
+        self.labhost = labhost
+        self.opts = {"tokens": tokens, "url": url, "stream": stream, "headers": headers or {},
+                     "stop": f"/run/specops-client-{name}.stop"}
+        self.records: list[dict] = []
+        self._cond = threading.Condition()
+
+    def __enter__(self) -> Stream:
+        self.labhost.run(["rm", "-f", self.opts["stop"]])
+        self.proc = subprocess.Popen(self.labhost.host.nsenter_argv(["python3", "-c", CLIENT, json.dumps(self.opts)]),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.wait_ok(1, after=0)
+        return self
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                record = json.loads(line)
+            except ValueError:  # the client itself failed: a failure, not a lost line
+                now = time.time()
+                record = {"ok": False, "pieces": 0, "error": line.strip()[:200], "start": now, "end": now}
+            with self._cond:
+                self.records.append(record)
+                self._cond.notify_all()
+
+    def _wait(self, what: str, count: int, after: float, ok: bool, timeout: float) -> None:
+        with self._cond:
+            done = self._cond.wait_for(
+                lambda: len([r for r in self.records if r["start"] >= after and (r["ok"] or not ok)]) >= count,
+                timeout=timeout)
+        assert done, f"the client {what} {count} in {timeout} s: {self.records[-3:]}"
+
+    def wait_ok(self, count: int, after: float, timeout: float = 300) -> None:
+        """Wait until ``count`` answers that started after ``after`` (epoch s) ended whole."""
+        self._wait("completed no whole answer of", count, after, True, timeout)
+
+    def wait_for_requests(self, count: int, after: float = 0.0, timeout: float = 300) -> None:
+        """Wait until ``count`` requests that started after ``after`` (epoch s) have ended, however."""
+        self._wait("finished fewer requests than", count, after, False, timeout)
+
+    def __exit__(self, *exc: object) -> None:
+        self.labhost.run(["touch", self.opts["stop"]])
+        try:
+            self.proc.wait(timeout=300)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        self._reader.join(timeout=10)
+
+    @property
+    def failures(self) -> list[dict]:
+        return [r for r in self.records if not r["ok"]]
+
+    @property
+    def cut(self) -> list[dict]:
+        """Answers that had begun and were cut before their end."""
+        return [r for r in self.records if not r["ok"] and r["pieces"] > 0]
+
+    @property
+    def refused(self) -> list[dict]:
+        """Requests that got no answer at all (the server was stopping, loading, or not listening)."""
+        return [r for r in self.records if not r["ok"] and r["pieces"] == 0]
+
+    def window(self) -> float:
+        """The longest outage: seconds from the start of the first of a run of refused requests (one after the
+        other, no answer between them) to the end of its last (0 when none)."""
+        longest, run = 0.0, []
+        for record in [*self.records, {"ok": True, "pieces": 1}]:
+            if not record["ok"] and record["pieces"] == 0:
+                run.append(record)
+                continue
+            if run:
+                longest = max(longest, run[-1]["end"] - run[0]["start"])
+            run = []
+        return round(longest, 1)

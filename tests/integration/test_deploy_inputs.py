@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +18,7 @@ import pytest
 
 from tests import lab
 from tests.integration.test_deploy import UNIT, completion, deploy, main_pid, n_restarts
+from tests.lab import Stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
@@ -27,78 +26,6 @@ BASELINE = "llama-server-baseline"
 TEST_DIR = "/etc/specops-inputs-test"
 SQUAT_PORT = 8090
 SQUAT = lab.squatter(SQUAT_PORT, "specops-squatter")  # (setup, teardown): the port taken by another unit
-
-STREAM = r"""
-import json, os, sys, time, urllib.request
-stop = sys.argv[1]
-while not os.path.exists(stop):
-    t0 = time.time()
-    try:
-        body = json.dumps({"prompt": "Count from one to forty in words, comma separated:", "n_predict": 32,
-                           "stream": True, "temperature": 0, "cache_prompt": False}).encode()
-        req = urllib.request.Request("http://127.0.0.1:8080/completion", data=body,
-                                     headers={"Content-Type": "application/json"})
-        pieces, done = 0, False
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            for line in resp:
-                if line.startswith(b"data: "):
-                    pieces += 1
-                    done = done or bool(json.loads(line[6:]).get("stop"))
-        print(json.dumps({"ok": done, "pieces": pieces, "start": t0, "end": time.time()}), flush=True)
-    except Exception as exc:
-        print(json.dumps({"ok": False, "error": repr(exc), "start": t0, "end": time.time()}), flush=True)
-        time.sleep(0.5)  # throttle a failing loop (the failure itself is what the test reports)
-"""
-
-
-class Stream:
-    """A client streaming completions back to back from the service inside the host, until stopped."""
-
-    def __init__(self, labhost, stop_file: str = "/run/specops-inputs-stream.stop") -> None:
-        self.labhost, self.stop_file = labhost, stop_file
-        self.records: list[dict] = []
-        self._cond = threading.Condition()
-
-    def __enter__(self) -> Stream:
-        self.labhost.run(["rm", "-f", self.stop_file])
-        self.proc = subprocess.Popen(self.labhost.host.nsenter_argv(["python3", "-c", STREAM, self.stop_file]),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.wait_for_requests(1)
-        return self
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = {"ok": False, "error": line.strip(), "start": time.time(), "end": time.time()}
-            with self._cond:
-                self.records.append(record)
-                self._cond.notify_all()
-
-    def wait_for_requests(self, count: int, after: float = 0.0, timeout: float = 300) -> None:
-        """Wait until ``count`` requests that started after ``after`` (epoch s) have finished."""
-        with self._cond:
-            done = self._cond.wait_for(lambda: len([r for r in self.records if r["start"] >= after]) >= count,
-                                       timeout=timeout)
-        assert done, f"the stream did not complete {count} request(s) in {timeout} s: {self.records[-3:]}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.labhost.run(["touch", self.stop_file])
-        try:
-            self.proc.wait(timeout=300)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-        self._reader.join(timeout=10)
-
-    @property
-    def failures(self) -> list[dict]:
-        return [r for r in self.records if not r.get("ok")]
-
 
 def host_state(labhost) -> dict:
     return {"unit": lab.file_sha(labhost, f"/etc/systemd/system/{UNIT}.service"),
@@ -240,7 +167,7 @@ def refusals(serving, labhost) -> dict[str, Refusal]:
     stream for all cases: starting and draining one per case cost ~5 s each); the client must complete a request
     after the last refusal, and none may fail while any case runs."""
     runs: dict[str, tuple[lab.PlaybookRun, float, dict, dict, float]] = {}
-    with Stream(labhost) as stream:
+    with Stream(labhost, tokens=32) as stream:
         for name, case in CASES.items():
             if case.setup:
                 case.setup(labhost)
@@ -343,7 +270,7 @@ def test_no_op_deploy_on_a_busy_host_is_proven_by_its_traffic(serving, labhost):
     """Nothing changed, a client keeps the only slot busy: the deploy proves speculation from the traffic (the
     speculation counters of the same process moved) instead of queueing a probe behind it, and says so."""
     pid = main_pid(labhost)
-    with Stream(labhost) as stream:
+    with Stream(labhost, tokens=32) as stream:
         t0 = time.monotonic()
         run = deploy(labhost)
         elapsed = time.monotonic() - t0

@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,102 +23,9 @@ import pytest
 
 from tests import lab
 from tests.integration.test_deploy import PROFILE, UNIT, deploy
+from tests.lab import Stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
-
-STOP_FILE = "/run/specops-live-stream.stop"
-# one streamed answer after another (a real client's short pause between them), each ~2-4 s on SmolLM2 here;
-# a record per request: whether it finished, how many pieces it got before it ended
-STREAM = r"""
-import json, os, sys, time, urllib.request
-stop, n, url = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-while not os.path.exists(stop):
-    t0, pieces = time.time(), 0
-    try:
-        body = json.dumps({"prompt": "Write a long story about a lighthouse keeper and the sea:", "n_predict": n,
-                           "stream": True, "temperature": 0, "cache_prompt": False, "ignore_eos": True}).encode()
-        req = urllib.request.Request(url, data=body,
-                                     headers={"Content-Type": "application/json"})
-        done = False
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            for line in resp:
-                if line.startswith(b"data: "):
-                    pieces += 1
-                    done = done or bool(json.loads(line[6:]).get("stop"))
-        print(json.dumps({"ok": done, "pieces": pieces, "start": t0, "end": time.time()}), flush=True)
-    except Exception as exc:
-        print(json.dumps({"ok": False, "pieces": pieces, "error": repr(exc)[:200], "start": t0, "end": time.time()}),
-              flush=True)
-    time.sleep(0.2)
-"""
-
-
-class Stream:
-    """Streams answers from the service inside the host until stopped; sorts what happened to each request."""
-
-    def __init__(self, labhost, tokens: int = 96, url: str = "http://127.0.0.1:8080/completion") -> None:
-        self.labhost, self.tokens, self.url = labhost, tokens, url
-        self.records: list[dict] = []
-        self._cond = threading.Condition()
-
-    def __enter__(self) -> Stream:
-        self.labhost.run(["rm", "-f", STOP_FILE])
-        self.proc = subprocess.Popen(self.labhost.host.nsenter_argv(["python3", "-c", STREAM, STOP_FILE,
-                                                                     str(self.tokens), self.url]),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-        self.wait_ok(1, after=0)
-        return self
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            with self._cond:
-                self.records.append(record)
-                self._cond.notify_all()
-
-    def wait_ok(self, count: int, after: float, timeout: float = 300) -> None:
-        """Wait until ``count`` answers that started after ``after`` (epoch s) finished whole."""
-        with self._cond:
-            done = self._cond.wait_for(
-                lambda: len([r for r in self.records if r["ok"] and r["start"] >= after]) >= count, timeout=timeout)
-        assert done, f"the stream completed no answer in {timeout} s: {self.records[-3:]}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.labhost.run(["touch", STOP_FILE])
-        try:
-            self.proc.wait(timeout=300)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-
-    @property
-    def cut(self) -> list[dict]:
-        """Answers that had begun and were cut before their end."""
-        return [r for r in self.records if not r["ok"] and r["pieces"] > 0]
-
-    @property
-    def refused(self) -> list[dict]:
-        """Requests that got no answer at all (the server was stopping, loading, or not listening)."""
-        return [r for r in self.records if not r["ok"] and r["pieces"] == 0]
-
-    def window(self) -> float:
-        """The longest outage: seconds from the start of the first of a run of refused requests (one after the
-        other, no answer between them) to the end of its last (0 when none)."""
-        longest, run = 0.0, []
-        for record in [*self.records, {"ok": True, "pieces": 1}]:
-            if not record["ok"] and record["pieces"] == 0:
-                run.append(record)
-                continue
-            if run:
-                longest = max(longest, run[-1]["end"] - run[0]["start"])
-            run = []
-        return round(longest, 1)
-
 
 ROWS: list[str] = []
 

@@ -1,0 +1,319 @@
+"""A fleet (issue 15): three throwaway systemd hosts serving SmolLM2 behind HAProxy (roles/loadbalancer, on the
+first host), deployed by deploy.yml as a rolling deploy while two clients send requests *through the load
+balancer* the whole time, one streaming its answers, one not:
+
+1. a rolling change of a setting: every host leaves the pool, restarts and comes back proven, one at a time, and
+   not one request fails or is cut;
+3. a bad rollout (a setting that fails its proof): the first host is rolled back to its known-good unit and is
+   back in the pool, the other two are untouched, the play fails naming the host and the cause, no request fails;
+and a run with nothing changed drains and restarts nothing.
+2. (scripts/test-upgrade, which builds a second, older llama.cpp first and sets SPECOPS_LEGACY_ROOT: the fleet
+   starts on that build) a rolling upgrade to the pinned build, the units' flags changing dialect on the way
+   (--draft-max → --spec-draft-n-max, --spec-type draft-simple): no request fails, every host proven speculating
+   on the new build. Without SPECOPS_LEGACY_ROOT (the default suite) it is skipped.
+
+The hosts are created with ``peers`` (lab/specops_lab/labhost.py): each reaches the others, so HAProxy on the first
+one checks and forwards to all three, which listen on their own address with an API key. A watcher samples
+HAProxy's view of the pool every 0.2 s: how long each host was out, and whether two ever were at once.
+Each scenario prints one row for the note (run with -s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specops_lab.labhost import LabHost
+from tests import lab
+from tests.integration.test_deploy import PROFILE, UNIT
+from tests.lab import Stream
+from tests.labhost_fixture import Lab, bring_up
+
+pytestmark = [pytest.mark.integration, pytest.mark.systemd]
+
+NAMES = ["specops-fleet-1", "specops-fleet-2", "specops-fleet-3"]
+LB_PORT = 8000
+ADMIN = "/run/haproxy/admin.sock"
+KEY_FILE = "/etc/specops-fleet/api-key"
+KEY = "fleet-test-key-4c1e0b9a"
+URL = f"http://127.0.0.1:{LB_PORT}/completion"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+LEGACY_ROOT = os.environ.get("SPECOPS_LEGACY_ROOT", "")
+LEGACY_BUILD = Path(__file__).resolve().parents[1] / "fixtures" / "deploy" / "legacy-build.yml"
+
+# HAProxy's view of every server, every 0.2 s, one JSON line per sample (from inside the load balancer's host)
+WATCH = r"""
+import csv, io, json, os, socket, sys, time
+admin, backend, stop = sys.argv[1:4]
+while not os.path.exists(stop):
+    try:
+        s = socket.socket(socket.AF_UNIX); s.settimeout(2); s.connect(admin); s.sendall(b"show stat\n")
+        text = b"".join(iter(lambda: s.recv(65536), b"")).decode(); s.close()
+        rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
+        status = {r["svname"]: r["status"] for r in rows
+                  if r["pxname"] == backend and r["svname"] not in ("FRONTEND", "BACKEND")}
+        print(json.dumps({"t": time.time(), "status": status}), flush=True)
+    except OSError as exc:
+        print(json.dumps({"t": time.time(), "error": str(exc)}), flush=True)
+    time.sleep(0.2)
+"""
+
+
+class PoolWatch:
+    """Samples HAProxy's status of every server while a deploy runs (from inside the load balancer's host)."""
+
+    def __init__(self, lb: Lab) -> None:
+        self.lb, self.stop = lb, "/run/specops-fleet-watch.stop"
+        self.samples: list[dict] = []
+
+    def __enter__(self) -> PoolWatch:
+        self.lb.run(["rm", "-f", self.stop])
+        self.proc = subprocess.Popen(self.lb.host.nsenter_argv(["python3", "-c", WATCH, ADMIN, "llama_servers",
+                                                                self.stop]),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.samples.append(json.loads(line))
+            except ValueError:
+                self.samples.append({"t": time.time(), "error": line.strip()})
+
+    def __exit__(self, *exc: object) -> None:
+        self.lb.run(["touch", self.stop])
+        try:
+            self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        self._reader.join(timeout=10)
+
+    def out(self, sample: dict) -> set[str]:
+        """The servers out of the pool in a sample: anything but UP (DRAIN, MAINT, DOWN, DOWN 1/2 coming back)."""
+        return {name for name, status in sample["status"].items() if not status.startswith("UP")}
+
+    def longest_out(self) -> dict[str, float]:
+        """Per server, the longest time it was out of the pool (seconds, between samples)."""
+        longest: dict[str, float] = {}
+        since: dict[str, float] = {}
+        for sample in [s for s in self.samples if "status" in s]:
+            now_out = self.out(sample)
+            for name in sample["status"]:
+                if name in now_out:
+                    since.setdefault(name, sample["t"])
+                elif name in since:
+                    longest[name] = max(longest.get(name, 0.0), sample["t"] - since.pop(name))
+        return {name: round(s, 1) for name, s in longest.items()}
+
+    def overlaps(self) -> list[dict]:
+        """Samples with more than one server out of the pool at once."""
+        return [s for s in self.samples if "status" in s and len(self.out(s)) > 1]
+
+
+@pytest.fixture(scope="module")
+def fleet(llama_build) -> Iterator[list[Lab]]:
+    keep = os.environ.get("SPECOPS_LAB_KEEP", "").strip().lower() in ("1", "yes", "true", "on")
+    labs: list[Lab] = []
+    try:
+        for name in NAMES:
+            host = LabHost(name)
+            reuse = keep and host.exists() and host.state().peers
+            labs.append(bring_up(name, fresh=not reuse, peers=True))
+        for host in labs:
+            host.run(["sh", "-c", f"umask 077; mkdir -p {os.path.dirname(KEY_FILE)}; "
+                                  f"printf '%s\\n' {KEY} > {KEY_FILE}"])
+        yield labs
+    finally:
+        if not keep:
+            for host in labs:
+                host.host.destroy()
+
+
+@pytest.fixture(scope="module")
+def inventory(fleet, tmp_path_factory) -> Path:
+    """The three hosts as llama_servers (each listening on its own address, with an API key), the first one also
+    the load balancer (listening on its loopback, where the clients run)."""
+    servers = {}
+    for host in fleet:
+        hostvars = yaml.safe_load(host.inventory.read_text())["all"]["children"]["llama_servers"]["hosts"][host.name]
+        servers[host.name] = {**hostvars, "llama_server_host": host.ip, "llama_server_api_key_file": KEY_FILE}
+    path = tmp_path_factory.mktemp("fleet") / "fleet.yml"
+    path.write_text(json.dumps({"all": {"children": {
+        "llama_servers": {"hosts": servers},
+        "loadbalancers": {"hosts": {fleet[0].name: {"loadbalancer_bind_address": "127.0.0.1",
+                                                    "loadbalancer_port": LB_PORT}}}}}}))
+    return path
+
+
+def fleet_deploy(inventory: Path, *extra: str, legacy: bool = False) -> lab.PlaybookRun:
+    build = (["-e", f"llama_cpp_install_root={LEGACY_ROOT}", "-e", f"@{LEGACY_BUILD}"] if legacy
+             else ["-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}"])
+    # three servers on this 2-core machine: one thread each (two each spin against each other: 2 s a token), and
+    # no speed gate (it measures each host while the other two serve the clients on the same cores; the gate's own
+    # tests are test_deploy's and test_live_host's)
+    return lab.ansible_playbook("deploy.yml", "-i", "inventory/builder.yml", "-i", str(inventory),
+                                "-e", f"@{PROFILE}", "-e", "llama_server_threads=1", "-e", "llama_server_draft_threads=1",
+                                "-e", "llama_server_speed_gate=off", *build, *extra)
+
+
+def main_pid(host: Lab) -> int:
+    return int(host.run(["systemctl", "show", "-p", "MainPID", "--value", UNIT]).stdout.strip())
+
+
+def unit_text(host: Lab) -> str:
+    return host.run(["cat", f"/etc/systemd/system/{UNIT}.service"]).stdout
+
+
+def pool(lb: Lab) -> dict[str, str]:
+    code = ("import socket,csv,io,json; s=socket.socket(socket.AF_UNIX); s.connect('" + ADMIN + "'); "
+            "s.sendall(b'show stat\\n'); t=b''.join(iter(lambda: s.recv(65536), b'')).decode(); "
+            "print(json.dumps({r['svname']: r['status'] for r in csv.DictReader(io.StringIO(t.lstrip('# '))) "
+            "if r['pxname'] == 'llama_servers' and r['svname'] not in ('FRONTEND', 'BACKEND')}))")
+    return json.loads(lb.run(["python3", "-c", code]).stdout)
+
+
+ROWS: list[str] = []
+
+
+def row(case: str, seconds: float, clients: list[Stream], watch: PoolWatch) -> None:
+    requests = sum(len(c.records) for c in clients)
+    failed = sum(len(c.failures) for c in clients)
+    cut = sum(len(c.cut) for c in clients)
+    out = ", ".join(f"{name} {s:.1f} s" for name, s in sorted(watch.longest_out().items())) or "none"
+    line = f"| {case} | {seconds:.0f} s | {requests} | {failed} | {cut} | {out} |"
+    ROWS.append(line)
+    print("\nFLEET " + line)
+
+
+@pytest.fixture(scope="module")
+def serving(fleet, inventory) -> list[Lab]:
+    # the first deploy onto fresh hosts: all at once, nobody is using them yet (on the older build when
+    # scripts/test-upgrade built one: the upgrade test comes first)
+    run = fleet_deploy(inventory, "-e", "specops_serial=3", legacy=bool(LEGACY_ROOT))
+    assert run.rc == 0, run.output[-6000:]
+    lb = fleet[0]
+    lb.wait_for(lambda: set(pool(lb).values()) == {"UP"}, timeout=60, what="every server UP in HAProxy")
+    return fleet
+
+
+def clients(lb: Lab) -> tuple[Stream, Stream]:
+    return (Stream(lb, tokens=48, url=URL, headers=AUTH, name="fleet-stream"),
+            Stream(lb, tokens=48, url=URL, headers=AUTH, stream=False, name="fleet-plain"))
+
+
+def running_binary(host: Lab) -> str:
+    pid = main_pid(host)
+    return host.run(["readlink", f"/proc/{pid}/exe"]).stdout.strip()
+
+
+@pytest.mark.skipif(not LEGACY_ROOT, reason="needs the older llama.cpp build: scripts/test-upgrade")
+def test_a_rolling_upgrade_from_an_older_llama_cpp_fails_no_request(serving, inventory, llama_build):
+    lb = serving[0]
+    for host in serving:  # the older build, its own dialect
+        unit = unit_text(host)
+        assert "--draft-max" in unit and "--spec-type" not in unit, unit
+    before = {host.name: running_binary(host) for host in serving}
+    old = Path(LEGACY_ROOT) / "current" / "bin" / "llama-server"
+    diff = subprocess.run([str(Path(sys.executable).with_name("specops")), "capabilities", "diff", str(old),
+                           str(llama_build.server)], capture_output=True, text=True)
+    print(f"\nspecops capabilities diff {old} {llama_build.server}:\n{diff.stdout}")
+    assert diff.returncode == 0 and "--draft-max" in diff.stdout, diff.stdout + diff.stderr
+    streamed, plain = clients(lb)
+    with streamed, plain, PoolWatch(lb) as watch:
+        t0 = time.monotonic()
+        run = fleet_deploy(inventory)
+        seconds = time.monotonic() - t0
+        after = time.time()
+        streamed.wait_ok(1, after=after)
+        plain.wait_ok(1, after=after)
+    row("rolling upgrade 4227c9be4 → 0c1e57098 (flags change dialect)", seconds, [streamed, plain], watch)
+    assert run.rc == 0, run.output[-6000:]
+    assert "Upgrade guard - print the changes" in run.text, run.text[-3000:]
+    for host in serving:
+        unit = unit_text(host)
+        assert "--spec-draft-n-max" in unit and "--spec-type draft-simple" in unit and "--draft-max" not in unit
+        assert running_binary(host) != before[host.name], host.name
+    assert len(re.findall(r"answers and speculates: [1-9]", run.text)) == len(serving), run.text[-3000:]
+    assert watch.overlaps() == [], watch.overlaps()[:3]
+    assert set(watch.longest_out()) == {host.name for host in serving}, watch.longest_out()
+    assert streamed.failures == [] and plain.failures == [], (streamed.failures[:3], plain.failures[:3])
+
+
+def test_a_rolling_change_restarts_one_host_at_a_time_and_fails_no_request(serving, inventory):
+    lb = serving[0]
+    pids = {host.name: main_pid(host) for host in serving}
+    streamed, plain = clients(lb)
+    with streamed, plain, PoolWatch(lb) as watch:
+        t0 = time.monotonic()
+        run = fleet_deploy(inventory, "-e", "llama_server_ctx_size=1536")
+        seconds = time.monotonic() - t0
+        after = time.time()
+        streamed.wait_ok(1, after=after)
+        plain.wait_ok(1, after=after)
+    row("rolling change of a setting (ctx 2048 → 1536), serial 1", seconds, [streamed, plain], watch)
+    assert run.rc == 0, run.output[-6000:]
+    for host in serving:
+        assert main_pid(host) != pids[host.name], f"{host.name} was not restarted"
+        assert "--ctx-size 1536" in unit_text(host)
+    assert run.text.count("Drain this server from the load balancer") == len(serving), run.text[-3000:]
+    assert len(re.findall(r"answers and speculates: [1-9]", run.text)) == len(serving), run.text[-3000:]
+    assert set(watch.longest_out()) == {host.name for host in serving}, watch.longest_out()
+    assert watch.overlaps() == [], watch.overlaps()[:3]
+    assert streamed.failures == [] and plain.failures == [], (streamed.failures[:3], plain.failures[:3])
+    assert len(streamed.records) >= 3 and len(plain.records) >= 3
+    assert set(pool(lb).values()) == {"UP"}
+
+
+def test_a_bad_rollout_stops_at_the_first_host_rolled_back_and_serving(serving, inventory):
+    lb, first, rest = serving[0], serving[0], serving[1:]
+    units = {host.name: unit_text(host) for host in serving}
+    pids = {host.name: main_pid(host) for host in rest}
+    streamed, plain = clients(lb)
+    with streamed, plain, PoolWatch(lb) as watch:
+        t0 = time.monotonic()
+        run = fleet_deploy(inventory, "-e", '{"llama_server_extra_args": ["--lora", "/nonexistent/a.gguf"]}')
+        seconds = time.monotonic() - t0
+        after = time.time()
+        streamed.wait_ok(1, after=after)
+        plain.wait_ok(1, after=after)
+    row("bad rollout (--lora of a missing file), stops at the first host", seconds, [streamed, plain], watch)
+    assert run.rc != 0
+    assert f"The new llama-server configuration failed on {first.name}" in run.text, run.text[-3000:]
+    assert "answers /health again" in run.text
+    assert unit_text(first) == units[first.name]  # the known-good unit is back
+    assert first.run(["systemctl", "is-active", UNIT]).stdout.strip() == "active"
+    for host in rest:  # never reached: same unit, same process
+        assert unit_text(host) == units[host.name] and main_pid(host) == pids[host.name], host.name
+    assert set(watch.longest_out()) == {first.name}, watch.longest_out()
+    assert streamed.failures == [] and plain.failures == [], (streamed.failures[:3], plain.failures[:3])
+    lb.wait_for(lambda: set(pool(lb).values()) == {"UP"}, timeout=30, what="every server UP in HAProxy")
+
+
+def test_a_run_with_nothing_changed_drains_and_restarts_nothing(serving, inventory):
+    pids = {host.name: main_pid(host) for host in serving}
+    run = fleet_deploy(inventory, "-e", "llama_server_ctx_size=1536")
+    assert run.rc == 0, run.output[-4000:]
+    assert {host.name: main_pid(host) for host in serving} == pids
+    assert "Drain this server from the load balancer" not in run.output
+
+
+def test_fleet_table(serving):
+    """The rows collected above, for the note."""
+    print("\n| scenario | seconds | requests | failed | cut | longest out of the pool, per host |")
+    for line in ROWS:
+        print(line)
+    assert ROWS
