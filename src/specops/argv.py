@@ -49,13 +49,28 @@ def _flag(caps: Capabilities, name: str, era: str = SPEC) -> str:
     return _need(caps, name, *knob(name).spellings(era))
 
 
+# the values of an on/off/auto setting (flash_attn) a build that has the flag as a plain switch can honour
+SWITCH_ON, SWITCH_LEFT_OUT = ("on", "true", "1"), ("off", "false", "0", "auto")
+
+
 def _valued(caps: Capabilities, p: ServerProfile, names: tuple[str, ...], era: str = SPEC) -> list[str]:
-    """``FLAG VALUE`` for each knob of ``names`` the profile sets (``None`` = leave llama.cpp's default)."""
+    """``FLAG VALUE`` for each knob of ``names`` the profile sets (``None`` = leave llama.cpp's default). Where the
+    build has the flag as a switch (older builds: ``-fa`` alone turns flash attention on, later ``-fa on|off|auto``)
+    "on" is the flag alone and "off"/"auto" leave it out (that build's default: off)."""
     args: list[str] = []
     for name in names:
         value = getattr(p, name)
-        if value is not None:
-            args += [_flag(caps, name, era), f"{float(value):g}" if knob(name).type == "float" else str(value)]
+        if value is None:
+            continue
+        flag = _flag(caps, name, era)
+        if flag in caps.switches:
+            word = str(value).lower()
+            if word not in SWITCH_ON + SWITCH_LEFT_OUT:
+                raise FlagError(f"{name}={value}: this llama-server build has {flag} as a switch without a value; "
+                                f"use one of {', '.join(SWITCH_ON + SWITCH_LEFT_OUT)}")
+            args += [flag] if word in SWITCH_ON else []
+            continue
+        args += [flag, f"{float(value):g}" if knob(name).type == "float" else str(value)]
     return args
 
 

@@ -48,6 +48,8 @@ class Capabilities:
 
     flags: set[str] = field(default_factory=set)
     removed_flags: set[str] = field(default_factory=set)
+    # flags that take no argument in this build: older builds had `-fa` as a switch, newer ones `-fa on|off|auto`
+    switches: set[str] = field(default_factory=set)
     spec_types: list[str] = field(default_factory=list)
     default_port: int | None = None
     version: str | None = None
@@ -76,6 +78,7 @@ class Capabilities:
         data = asdict(self)
         data["flags"] = sorted(self.flags)
         data["removed_flags"] = sorted(self.removed_flags)
+        data["switches"] = sorted(self.switches)
         data["spec_era"] = self.spec_era
         data["has_metrics"] = self.has_metrics
         return data
@@ -89,6 +92,7 @@ class Capabilities:
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["flags"] = set(kwargs.get("flags") or [])  # type: ignore[arg-type]
         kwargs["removed_flags"] = set(kwargs.get("removed_flags") or [])  # type: ignore[arg-type]
+        kwargs["switches"] = set(kwargs.get("switches") or [])  # type: ignore[arg-type]
         kwargs["spec_types"] = list(kwargs.get("spec_types") or [])  # type: ignore[arg-type]
         return cls(**kwargs)  # type: ignore[arg-type]
 
@@ -145,6 +149,8 @@ def parse_help(help_text: str) -> Capabilities:
     caps = Capabilities()
     for opt in parse_options(help_text):
         caps.flags.update(opt.names)
+        if not opt.arg:
+            caps.switches.update(opt.names)
         if opt.removed:
             caps.removed_flags.update(opt.names)
         if knob("spec_type").flag in opt.names and not opt.removed:

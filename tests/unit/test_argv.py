@@ -104,3 +104,34 @@ def test_prompt_cache_bound_is_skipped_on_builds_without_a_prompt_cache():
     text = (FIX / "llama-server-0c1e57098" / "llama-server_help.txt").read_text()
     old = parse_help("\n".join(line for line in text.splitlines() if "--cache-ram" not in line))
     assert "--cache-ram" not in build_argv(ServerProfile.from_dict({"model": "t", "cache_ram_mib": 1024}), old)
+
+
+# the real --help of the older build scripts/test-upgrade deploys (llama-cpp-python 0.3.16's llama.cpp, 4227c9be4)
+REAL_LEGACY = parse_help((FIX / "llama-server-4227c9be4" / "help.txt").read_text())
+ROLE_LIKE = {"model": "/m/t.gguf", "draft_model": "/m/d.gguf", "draft_n_max": 4, "flash_attn": "on",
+             "cache_type_v": "q8_0", "cache_ram_mib": 1024, "threads": 2, "api_key_file": "/etc/k", "jinja": True}
+
+
+@pytest.mark.parametrize("caps", [CURRENT, REAL_LEGACY], ids=["0c1e57098", "4227c9be4"])
+def test_every_flag_gets_the_arguments_its_build_expects(caps):
+    """A switch is never followed by a value (4227c9be4's parser stops at `-fa on`: "invalid argument: on") and a
+    valued flag always is."""
+    argv = build_argv(ServerProfile.from_dict(ROLE_LIKE), caps)
+    for i, token in enumerate(argv[1:], start=1):
+        if not token.startswith("-"):
+            continue
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        if token in caps.switches:
+            assert following is None or following.startswith("-"), (token, following)
+        else:
+            assert following is not None and not following.startswith("-"), (token, following)
+
+
+def test_flash_attn_on_a_build_where_it_is_a_switch():
+    on = build_argv(ServerProfile.from_dict(ROLE_LIKE), REAL_LEGACY)
+    assert "--flash-attn" in on and "on" not in on
+    assert opt(on, "--draft-max") == "4" and "--spec-type" not in on
+    for left_out in ("off", "auto"):
+        argv = build_argv(ServerProfile.from_dict({**ROLE_LIKE, "flash_attn": left_out}), REAL_LEGACY)
+        assert "--flash-attn" not in argv and "-fa" not in argv
+    assert opt(build_argv(ServerProfile.from_dict(ROLE_LIKE), CURRENT), "--flash-attn") == "on"

@@ -72,3 +72,13 @@ def test_version_and_json_round_trip():
 def test_garbage_gives_empty_capabilities(text):
     caps = parse_help(text)
     assert caps.spec_era == "none" and not caps.has_metrics
+
+
+def test_switches_are_the_flags_without_an_argument():
+    fix = Path(__file__).resolve().parents[1] / "fixtures"
+    legacy = parse_help((fix / "llama-server-4227c9be4" / "help.txt").read_text())
+    current = parse_help((fix / "llama-server-0c1e57098" / "llama-server_help.txt").read_text())
+    assert {"--flash-attn", "-fa", "--metrics", "--jinja"} <= legacy.switches
+    assert "--flash-attn" not in current.switches and "--metrics" in current.switches
+    assert "--draft-max" not in legacy.switches and "--ctx-size" not in current.switches
+    assert Capabilities.from_dict(legacy.to_dict()).switches == legacy.switches
