@@ -166,8 +166,9 @@ def fleet_deploy(inventory: Path, *extra: str, legacy: bool = False) -> lab.Play
     # no speed gate (it measures each host while the other two serve the clients on the same cores; the gate's own
     # tests are test_deploy's and test_live_host's)
     return lab.ansible_playbook("deploy.yml", "-i", "inventory/builder.yml", "-i", str(inventory),
-                                "-e", f"@{PROFILE}", "-e", "llama_server_threads=1", "-e", "llama_server_draft_threads=1",
-                                "-e", "llama_server_speed_gate=off", *build, *extra)
+                                "-e", f"@{PROFILE}", "-e", "llama_server_threads=1",
+                                "-e", "llama_server_draft_threads=1", "-e", "llama_server_speed_gate=off",
+                                *build, *extra)
 
 
 def main_pid(host: Lab) -> int:
