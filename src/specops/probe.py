@@ -18,7 +18,13 @@ def summarize_probe(raw: dict[str, Any]) -> dict[str, Any]:
     drafted, accepted, drafts = delta(SPEC_DRAFT_TOKENS), delta(SPEC_ACCEPTED_TOKENS), delta(SPEC_DRAFTS)
     slots = raw.get("slots") or []
     timings = raw.get("timings") or {}
+    counted_by = "metrics"
+    if metric_value(after, SPEC_DRAFT_TOKENS) is None and timings.get("draft_n") is not None:
+        # builds without the speculation counters in /metrics (4227c9be4): the probe completion's own timings
+        drafted, accepted, drafts = float(timings["draft_n"]), float(timings.get("draft_n_accepted") or 0), 0.0
+        counted_by = "timings"
     return {
+        "counted_by": counted_by,
         "draft_tokens_delta": int(drafted),
         "accepted_tokens_delta": int(accepted),
         "drafts_delta": int(drafts),

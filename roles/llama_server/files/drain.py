@@ -37,6 +37,35 @@ def read_key(path: str) -> str:
     return next((line for line in lines if line and not line.startswith("#")), "")
 
 
+TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+              "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING"}
+
+
+def sockets_on_port(port: int) -> list[str]:
+    """States of the TCP sockets (IPv4 and IPv6) whose local port is ``port``, from /proc/net/tcp{,6}."""
+    states = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 3 and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                states.append(TCP_STATES.get(fields[3], fields[3]))
+    return states
+
+
+def wait_port_free(port: int, timeout: float, interval: float = 0.2) -> tuple[float, list[str]]:
+    """Wait until no socket uses ``port`` (at most ``timeout`` s); (seconds waited, the states seen first)."""
+    t0 = time.monotonic()
+    first = sockets_on_port(port)
+    while sockets_on_port(port) and time.monotonic() - t0 < timeout:
+        time.sleep(interval)
+    return round(time.monotonic() - t0, 2), sorted(set(first))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--unit", required=True)
@@ -45,6 +74,11 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.05)
     ap.add_argument("--api-key-file")
     ap.add_argument("--action", choices=["restart", "stop"], default="restart")
+    # An upgrade: the old build's connections must be gone from the port before the new build binds it. A build
+    # that sets SO_REUSEADDR (4227c9be4) leaves its closed connections in TIME_WAIT for up to 60 s, and a build
+    # that sets only SO_REUSEPORT (0c1e57098) cannot bind over them: "couldn't bind HTTP server socket".
+    ap.add_argument("--free-port", type=int, help="after the stop, wait until no socket uses this port")
+    ap.add_argument("--free-port-timeout", type=float, default=75)
     args = ap.parse_args()
     headers = {"Authorization": f"Bearer {read_key(args.api_key_file)}"} if args.api_key_file else {}
     t0 = time.monotonic()
@@ -58,6 +92,8 @@ def main() -> int:
     t1 = time.monotonic()
     subprocess.run(["systemctl", "stop", args.unit], check=True)
     out["stop_s"] = round(time.monotonic() - t1, 2)
+    if args.free_port:
+        out["port_wait_s"], out["port_states"] = wait_port_free(args.free_port, args.free_port_timeout)
     if args.action == "restart":
         subprocess.run(["systemctl", "start", args.unit], check=True)
         out["restart_s"] = round(time.monotonic() - t1, 2)

@@ -43,8 +43,9 @@ def main_pid(unit: str) -> int:
 
 
 def completion(url: str, headers: dict, prompt: str, tokens: int, timeout: float) -> dict:
+    # no "cache_prompt": false here: llama.cpp builds of 2025 (4227c9be4) do not speculate on such a request
     body = json.dumps({"prompt": prompt, "n_predict": tokens, "temperature": 0.0, "seed": 42,
-                       "cache_prompt": False, "ignore_eos": True}).encode()
+                       "ignore_eos": True}).encode()
     req = urllib.request.Request(url + "/completion", data=body,
                                  headers={**headers, "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
