@@ -69,6 +69,21 @@ def default_of(option: Option) -> str | None:
     return " ".join(match.group(1).split()) if match else None
 
 
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+
+
+def same_default(before: str, after: str) -> bool:
+    """Whether two stated defaults say the same, numbers compared as numbers ("0.8" = "0.80", "1.0" = "1.00"):
+    builds print the same default with another number of decimals."""
+    def norm(text: str) -> str:
+        return _NUMBER.sub(lambda m: repr(float(m.group(0))), text)
+    return norm(before) == norm(after)
+
+
+def _changed(before: str | None, after: str | None) -> bool:
+    return before is not None and after is not None and not same_default(before, after)
+
+
 def _live(options: list[Option]) -> list[Option]:
     return [o for o in options if not o.removed]
 
@@ -106,7 +121,7 @@ def diff_help(old_help: str, new_help: str) -> CapDiff:
             if gone:
                 result.spellings_dropped.append((old.names, gone))
             before, after = default_of(old), default_of(new)
-            if before != after and before is not None and after is not None:
+            if _changed(before, after):
                 result.defaults.append(DefaultChange(new.names, before, after))
             continue
         target: Option | None = None
@@ -122,7 +137,7 @@ def diff_help(old_help: str, new_help: str) -> CapDiff:
             matched.add(id(target))
             result.renamed.append(Renamed(old.names, target.names, how))
             before, after = default_of(old), default_of(target)
-            if before != after and before is not None and after is not None:
+            if _changed(before, after):
                 result.defaults.append(DefaultChange(target.names, before, after))
         else:
             result.removed.append(old.names)

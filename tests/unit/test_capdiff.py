@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specops.capdiff import diff_help
+from specops.capdiff import diff_help, same_default
 from specops.cli import main
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -112,3 +112,16 @@ def test_the_deploys_upgrade_guard_refuses_a_profile_the_new_build_cannot_render
 def test_the_same_build_is_no_change_for_the_guard():
     out = _filters().specops_upgrade_diff(PINNED.read_text(), PINNED.read_text(), PROFILE)
     assert not out["changes"] and out["renders"]
+
+
+def test_the_two_real_builds_differ_in_defaults_not_in_decimals():
+    """4227c9be4 prints --temp's default as 0.8, 0c1e57098 as 0.80: the same default, not a change; a default
+    that really moved (--top-p 0.9 -> 0.95, the draft p_min 0.8 -> 0.00) is listed."""
+    fix = Path(__file__).resolve().parents[1] / "fixtures"
+    d = diff_help((fix / "llama-server-4227c9be4" / "help.txt").read_text(),
+                  (fix / "llama-server-0c1e57098" / "llama-server_help.txt").read_text())
+    changed = {n for c in d.defaults for n in c.names}
+    assert {"--top-p", "--spec-draft-p-min", "--spec-draft-n-max"} <= changed
+    assert not {"--temp", "--repeat-penalty", "--typical", "--mirostat-lr", "--xtc-threshold"} & changed
+    assert same_default("1.0, 1.0 = disabled", "1.00, 1.0 = disabled") and not same_default("0.9", "0.95")
+    assert not same_default("-1, 0 = disable, -1 = context size", "64, 0 = disable")
