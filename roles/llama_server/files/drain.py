@@ -74,9 +74,10 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.05)
     ap.add_argument("--api-key-file")
     ap.add_argument("--action", choices=["restart", "stop"], default="restart")
-    # An upgrade: the old build's connections must be gone from the port before the new build binds it. A build
-    # that sets SO_REUSEADDR (4227c9be4) leaves its closed connections in TIME_WAIT for up to 60 s, and a build
-    # that sets only SO_REUSEPORT (0c1e57098) cannot bind over them: "couldn't bind HTTP server socket".
+    # An upgrade: the old build's connections must be gone from the port before the new build binds it. A
+    # llama-server of one build cannot bind over connections another build closed that linger on the port
+    # (FIN-WAIT/TIME-WAIT, up to 60 s): "couldn't bind HTTP server socket" (4227c9be4 <-> 0c1e57098, both ways,
+    # reproduced by hand; the same build binds over its own).
     ap.add_argument("--free-port", type=int, help="after the stop, wait until no socket uses this port")
     ap.add_argument("--free-port-timeout", type=float, default=75)
     args = ap.parse_args()
