@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ from specops_lab.labhost import LabHost
 from tests import lab
 from tests.integration.test_deploy import PROFILE, UNIT
 from tests.lab import Stream
-from tests.labhost_fixture import Lab, bring_up
+from tests.labhost_fixture import Lab, _env_flag, bring_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
@@ -126,7 +127,7 @@ class PoolWatch:
 
 @pytest.fixture(scope="module")
 def fleet(llama_build) -> Iterator[list[Lab]]:
-    keep = os.environ.get("SPECOPS_LAB_KEEP", "").strip().lower() in ("1", "yes", "true", "on")
+    keep = _env_flag("SPECOPS_LAB_KEEP")
     labs: list[Lab] = []
     try:
         for name in NAMES:
@@ -211,9 +212,32 @@ def serving(fleet, inventory) -> list[Lab]:
     return fleet
 
 
-def clients(lb: Lab) -> tuple[Stream, Stream]:
-    return (Stream(lb, tokens=48, url=URL, headers=AUTH, name="fleet-stream"),
-            Stream(lb, tokens=48, url=URL, headers=AUTH, stream=False, name="fleet-plain"))
+@dataclass
+class UnderLoad:
+    run: lab.PlaybookRun
+    streamed: Stream
+    plain: Stream
+    watch: PoolWatch
+
+    @property
+    def failures(self) -> tuple[list[dict], list[dict]]:
+        return self.streamed.failures, self.plain.failures
+
+
+def deploy_under_load(lb: Lab, inventory: Path, case: str, *extra: str) -> UnderLoad:
+    """fleet_deploy(*extra) while two clients (streamed, not) request through the load balancer and the pool is
+    watched; both clients answer again after it; the scenario's row for the note."""
+    streamed = Stream(lb, tokens=48, url=URL, headers=AUTH, name="fleet-stream")
+    plain = Stream(lb, tokens=48, url=URL, headers=AUTH, stream=False, name="fleet-plain")
+    with streamed, plain, PoolWatch(lb) as watch:
+        t0 = time.monotonic()
+        run = fleet_deploy(inventory, *extra)
+        seconds = time.monotonic() - t0
+        after = time.time()
+        streamed.wait_ok(1, after=after)
+        plain.wait_ok(1, after=after)
+    row(case, seconds, [streamed, plain], watch)
+    return UnderLoad(run, streamed, plain, watch)
 
 
 def running_binary(host: Lab) -> str:
@@ -233,15 +257,8 @@ def test_a_rolling_upgrade_from_an_older_llama_cpp_fails_no_request(serving, inv
                            str(llama_build.server)], capture_output=True, text=True)
     print(f"\nspecops capabilities diff {old} {llama_build.server}:\n{diff.stdout}")
     assert diff.returncode == 0 and "--draft-max" in diff.stdout, diff.stdout + diff.stderr
-    streamed, plain = clients(lb)
-    with streamed, plain, PoolWatch(lb) as watch:
-        t0 = time.monotonic()
-        run = fleet_deploy(inventory)
-        seconds = time.monotonic() - t0
-        after = time.time()
-        streamed.wait_ok(1, after=after)
-        plain.wait_ok(1, after=after)
-    row("rolling upgrade 4227c9be4 → 0c1e57098 (flags change dialect)", seconds, [streamed, plain], watch)
+    load = deploy_under_load(lb, inventory, "rolling upgrade 4227c9be4 → 0c1e57098 (flags change dialect)")
+    run, watch = load.run, load.watch
     assert run.rc == 0, run.output[-6000:]
     assert "Upgrade guard - print the changes" in run.text, run.text[-3000:]
     for host in serving:
@@ -251,21 +268,15 @@ def test_a_rolling_upgrade_from_an_older_llama_cpp_fails_no_request(serving, inv
     assert len(re.findall(r"answers and speculates: [1-9]", run.text)) == len(serving), run.text[-3000:]
     assert watch.overlaps() == [], watch.overlaps()[:3]
     assert set(watch.longest_out()) == {host.name for host in serving}, watch.longest_out()
-    assert streamed.failures == [] and plain.failures == [], (streamed.failures[:3], plain.failures[:3])
+    assert load.failures == ([], []), (load.failures[0][:3], load.failures[1][:3])
 
 
 def test_a_rolling_change_restarts_one_host_at_a_time_and_fails_no_request(serving, inventory):
     lb = serving[0]
     pids = {host.name: main_pid(host) for host in serving}
-    streamed, plain = clients(lb)
-    with streamed, plain, PoolWatch(lb) as watch:
-        t0 = time.monotonic()
-        run = fleet_deploy(inventory, "-e", "llama_server_ctx_size=1536")
-        seconds = time.monotonic() - t0
-        after = time.time()
-        streamed.wait_ok(1, after=after)
-        plain.wait_ok(1, after=after)
-    row("rolling change of a setting (ctx 2048 → 1536), serial 1", seconds, [streamed, plain], watch)
+    load = deploy_under_load(lb, inventory, "rolling change of a setting (ctx 2048 → 1536), serial 1",
+                             "-e", "llama_server_ctx_size=1536")
+    run, watch = load.run, load.watch
     assert run.rc == 0, run.output[-6000:]
     for host in serving:
         assert main_pid(host) != pids[host.name], f"{host.name} was not restarted"
@@ -274,8 +285,8 @@ def test_a_rolling_change_restarts_one_host_at_a_time_and_fails_no_request(servi
     assert len(re.findall(r"answers and speculates: [1-9]", run.text)) == len(serving), run.text[-3000:]
     assert set(watch.longest_out()) == {host.name for host in serving}, watch.longest_out()
     assert watch.overlaps() == [], watch.overlaps()[:3]
-    assert streamed.failures == [] and plain.failures == [], (streamed.failures[:3], plain.failures[:3])
-    assert len(streamed.records) >= 3 and len(plain.records) >= 3
+    assert load.failures == ([], []), (load.failures[0][:3], load.failures[1][:3])
+    assert len(load.streamed.records) >= 3 and len(load.plain.records) >= 3
     assert set(pool(lb).values()) == {"UP"}
 
 
@@ -283,15 +294,9 @@ def test_a_bad_rollout_stops_at_the_first_host_rolled_back_and_serving(serving, 
     lb, first, rest = serving[0], serving[0], serving[1:]
     units = {host.name: unit_text(host) for host in serving}
     pids = {host.name: main_pid(host) for host in rest}
-    streamed, plain = clients(lb)
-    with streamed, plain, PoolWatch(lb) as watch:
-        t0 = time.monotonic()
-        run = fleet_deploy(inventory, "-e", '{"llama_server_extra_args": ["--lora", "/nonexistent/a.gguf"]}')
-        seconds = time.monotonic() - t0
-        after = time.time()
-        streamed.wait_ok(1, after=after)
-        plain.wait_ok(1, after=after)
-    row("bad rollout (--lora of a missing file), stops at the first host", seconds, [streamed, plain], watch)
+    load = deploy_under_load(lb, inventory, "bad rollout (--lora of a missing file), stops at the first host",
+                             "-e", '{"llama_server_extra_args": ["--lora", "/nonexistent/a.gguf"]}')
+    run, watch = load.run, load.watch
     assert run.rc != 0
     assert f"The new llama-server configuration failed on {first.name}" in run.text, run.text[-3000:]
     assert "answers /health again" in run.text
@@ -300,7 +305,7 @@ def test_a_bad_rollout_stops_at_the_first_host_rolled_back_and_serving(serving, 
     for host in rest:  # never reached: same unit, same process
         assert unit_text(host) == units[host.name] and main_pid(host) == pids[host.name], host.name
     assert set(watch.longest_out()) == {first.name}, watch.longest_out()
-    assert streamed.failures == [] and plain.failures == [], (streamed.failures[:3], plain.failures[:3])
+    assert load.failures == ([], []), (load.failures[0][:3], load.failures[1][:3])
     lb.wait_for(lambda: set(pool(lb).values()) == {"UP"}, timeout=30, what="every server UP in HAProxy")
 
 
