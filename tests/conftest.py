@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from specops.profile import ServerProfile
 from specops.server import ServerProcess
@@ -16,11 +17,30 @@ from tests import lab
 
 pytest_plugins = ["tests.labhost_fixture"]
 
+# No per-example deadline: the suite runs beside other work (three xdist workers on two cores, or a CPU hog), where
+# a slow example is load, not a bug; the properties are what the tests assert.
+settings.register_profile("specops", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("specops")
+
 # Tiers (``scripts/test --fast`` runs ``-m fast``; ``scripts/test`` runs both). Every test gets exactly one of
 # the two markers here, so nobody has to remember: ``slow`` when it needs the lab (a built llama-server, a real
 # model, the systemd host), lives outside tests/unit, or is marked ``@pytest.mark.slow`` by hand; ``fast`` otherwise.
 LAB_FIXTURES = frozenset({"llama_build", "smollm", "start_server", "labhost"})
 LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
+
+
+# The whole suite runs on three xdist workers (``--dist loadgroup``, scripts/test): every test that boots a systemd
+# lab host stays on one worker, in file order (they share the session's hosts and build on each other's deploys),
+# every other lab test (local llama-servers, Prometheus, exporters on free ports) on a second, and the fast tier is
+# shared out among all three. The lab tests wait on deploys and model loads, so the two cores have room for them.
+SYSTEMD_FIXTURES = frozenset({"labhost"})
+
+
+def xdist_group(tier_name: str, fixtures: Iterable[str], markers: Iterable[str]) -> str | None:
+    """The xdist group of a test: ``"systemd-hosts"``, ``"local-lab"`` or None (the fast tier: any worker)."""
+    if "systemd" in set(markers) or SYSTEMD_FIXTURES.intersection(fixtures):
+        return "systemd-hosts"
+    return "local-lab" if tier_name == "slow" else None
 
 
 def tier(path: str, fixtures: Iterable[str], markers: Iterable[str]) -> str:
@@ -38,7 +58,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             path = item.path.resolve().relative_to(root).as_posix()
         except ValueError:
             path = item.path.as_posix()
-        item.add_marker(tier(path, getattr(item, "fixturenames", ()), (m.name for m in item.iter_markers())))
+        fixtures = tuple(getattr(item, "fixturenames", ()))
+        markers = tuple(m.name for m in item.iter_markers())
+        name = tier(path, fixtures, markers)
+        item.add_marker(name)
+        group = xdist_group(name, fixtures, markers)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(hookwrapper=True)

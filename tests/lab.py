@@ -97,8 +97,12 @@ def installed_build(root: Path = LAB_INSTALL_ROOT) -> LlamaBuild:
 
 
 def model_path(name: str) -> Path:
+    """The cached, verified model; a lock keeps parallel workers from fetching it into the same file at once."""
     spec = catalog()[name]
-    return fetch(spec, cache_dir() / "models", cache_dir(), progress=False)
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with (cache_dir() / "models.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return fetch(spec, cache_dir() / "models", cache_dir(), progress=False)
 
 
 # ---- shared by the lab tests of both engines' deploys (bad inputs, rollbacks) ----------------------------

@@ -73,7 +73,7 @@ def supervised(start_server: Callable[..., ServerProcess], llama_build: lab.Llam
 def test_short_soak_with_stop_and_kill_faults(supervised: Supervisor, tmp_path: Path) -> None:
     server = supervised.current
     cfg = SoakConfig(
-        url=server.base_url, duration=60.0, concurrency=2, max_tokens=12, request_timeout=300.0,
+        url=server.base_url, duration=30.0, concurrency=2, max_tokens=12, request_timeout=300.0,
         backoff=Backoff(initial=0.2, max_delay=2.0, give_up_after=600.0),
         references=2, reference_interval=4.0, sample_interval=0.5, bucket_seconds=10.0,
         faults=FaultPlan((FaultSpec("stop", 2.0), FaultSpec("kill9")), first=2.0, interval=6.0, tail=0.0,
