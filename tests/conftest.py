@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -29,18 +30,50 @@ LAB_FIXTURES = frozenset({"llama_build", "smollm", "start_server", "labhost"})
 LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
 
 
-# The whole suite runs on three xdist workers (``--dist loadgroup``, scripts/test): every test that boots a systemd
-# lab host stays on one worker, in file order (they share the session's hosts and build on each other's deploys),
-# every other lab test (local llama-servers, Prometheus, exporters on free ports) on a second, and the fast tier is
-# shared out among all three. The lab tests wait on deploys and model loads, so the two cores have room for them.
+# The whole suite runs on three xdist workers (scripts/test: ``-n 3 --dist loadgroup``, scheduled by
+# ``pytest_xdist_make_scheduler`` below): every test module that boots systemd lab hosts runs on one worker, in file
+# order (they share the session's hosts and build on each other's deploys); every other lab test (local
+# llama-servers, Prometheus, exporters on free ports) on a second; the fast tier is shared out among all three.
+# The lab tests mostly wait on deploys and model loads, so the two cores have room for the rest beside them.
+# The scheduler runs in the controller, which sees node ids only: a module is a systemd-host module when its text
+# marks anything ``pytest.mark.systemd``; collection refuses a test that uses the lab host in any other module.
 SYSTEMD_FIXTURES = frozenset({"labhost"})
+SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def xdist_group(tier_name: str, fixtures: Iterable[str], markers: Iterable[str]) -> str | None:
-    """The xdist group of a test: ``"systemd-hosts"``, ``"local-lab"`` or None (the fast tier: any worker)."""
-    if "systemd" in set(markers) or SYSTEMD_FIXTURES.intersection(fixtures):
+def systemd_modules(root: Path = ROOT) -> frozenset[str]:
+    """Test files (repo-relative, "/"-separated) that mark a test (or the module) ``pytest.mark.systemd``."""
+    return frozenset(p.relative_to(root).as_posix() for p in sorted((root / "tests").rglob("test_*.py"))
+                     if SYSTEMD_MODULE.search(p.read_text(encoding="utf-8")))
+
+
+def xdist_scope(nodeid: str, systemd: frozenset[str]) -> str:
+    """The worker group of a test: ``"systemd-hosts"``, ``"local-lab"``, or the test itself (the fast tier)."""
+    path = nodeid.split("::", 1)[0]
+    if path in systemd:
         return "systemd-hosts"
-    return "local-lab" if tier_name == "slow" else None
+    return nodeid if path.startswith("tests/unit/") else "local-lab"
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pragma: no cover - the suite then runs in one process
+    LoadScopeScheduling = None
+
+
+if LoadScopeScheduling is not None:
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc, valid-type]
+        """xdist's loadscope with the groups above (xdist's own ``xdist_group`` marker cannot move node ids
+        under pytest >= 9.2)."""
+
+        systemd = systemd_modules()
+
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid, self.systemd)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        return GroupScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
 def tier(path: str, fixtures: Iterable[str], markers: Iterable[str]) -> str:
@@ -52,7 +85,8 @@ def tier(path: str, fixtures: Iterable[str], markers: Iterable[str]) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
+    systemd = systemd_modules(root)
     for item in items:
         try:
             path = item.path.resolve().relative_to(root).as_posix()
@@ -62,9 +96,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         markers = tuple(m.name for m in item.iter_markers())
         name = tier(path, fixtures, markers)
         item.add_marker(name)
-        group = xdist_group(name, fixtures, markers)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if (SYSTEMD_FIXTURES.intersection(fixtures) or "systemd" in markers) and path not in systemd:
+            raise pytest.UsageError(f"{item.nodeid} uses the systemd lab host: mark it (or its module) "
+                                    "pytest.mark.systemd, so that scripts/test runs it on the lab hosts' worker")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import tier
+from tests.conftest import systemd_modules, tier, xdist_scope
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,3 +29,15 @@ def test_tier_rule() -> None:
     assert tier("tests/unit/test_x.py", [], ["integration"]) == "slow"
     assert tier("tests/integration/test_labhost.py", [], []) == "slow"
     assert tier("tests/backends/test_cuda.py", [], []) == "slow"
+
+
+def test_worker_groups() -> None:
+    systemd = systemd_modules(REPO)
+    # the modules that boot lab hosts, found by their pytestmark
+    assert {"tests/integration/test_deploy.py", "tests/integration/test_fleet.py",
+            "tests/integration/test_live_host.py", "tests/integration/test_labhost.py"} <= systemd
+    assert "tests/integration/test_soak.py" not in systemd and "tests/unit/test_tiers.py" not in systemd
+    assert xdist_scope("tests/integration/test_deploy.py::test_x[a]", systemd) == "systemd-hosts"
+    assert xdist_scope("tests/integration/test_soak.py::test_y", systemd) == "local-lab"
+    assert xdist_scope("tests/backends/test_cuda.py::test_z", systemd) == "local-lab"
+    assert xdist_scope("tests/unit/test_fit.py::test_w", systemd) == "tests/unit/test_fit.py::test_w"
