@@ -31,16 +31,14 @@ LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
 
 
 # The whole suite runs on three xdist workers (scripts/test: ``-n 3 --dist loadgroup``, scheduled by
-# ``pytest_xdist_make_scheduler`` below): the test modules that use the shared systemd lab host run on one worker,
-# in file order (they share the session's host and build on each other's deploys); a module with lab hosts of its
-# own (``pytest.mark.own_hosts``: the fleet) as one unit on any worker; every other lab test (local llama-servers,
-# Prometheus, exporters on free ports) together on one; the fast tier is shared out among all three.
+# ``pytest_xdist_make_scheduler`` below): every test module that boots systemd lab hosts runs on one worker, in file
+# order (they share the session's hosts and build on each other's deploys); every other lab test (local
+# llama-servers, Prometheus, exporters on free ports) on a second; the fast tier is shared out among all three.
 # The lab tests mostly wait on deploys and model loads, so the two cores have room for the rest beside them.
 # The scheduler runs in the controller, which sees node ids only: a module is a systemd-host module when its text
 # marks anything ``pytest.mark.systemd``; collection refuses a test that uses the lab host in any other module.
 SYSTEMD_FIXTURES = frozenset({"labhost"})
 SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")
-OWN_HOSTS_MODULE = re.compile(r"\bpytest\.mark\.own_hosts\b")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -50,18 +48,9 @@ def systemd_modules(root: Path = ROOT) -> frozenset[str]:
                      if SYSTEMD_MODULE.search(p.read_text(encoding="utf-8")))
 
 
-def own_hosts_modules(root: Path = ROOT) -> frozenset[str]:
-    """Systemd-host test files that boot hosts of their own (``pytest.mark.own_hosts``): the fleet's."""
-    return frozenset(p.relative_to(root).as_posix() for p in sorted((root / "tests").rglob("test_*.py"))
-                     if OWN_HOSTS_MODULE.search(p.read_text(encoding="utf-8")))
-
-
-def xdist_scope(nodeid: str, systemd: frozenset[str], own: frozenset[str] = frozenset()) -> str:
-    """The worker group of a test: the module itself (a module with lab hosts of its own), ``"systemd-hosts"``
-    (the shared lab host), ``"local-lab"``, or the test itself (the fast tier)."""
+def xdist_scope(nodeid: str, systemd: frozenset[str]) -> str:
+    """The worker group of a test: ``"systemd-hosts"``, ``"local-lab"``, or the test itself (the fast tier)."""
     path = nodeid.split("::", 1)[0]
-    if path in own:
-        return path
     if path in systemd:
         return "systemd-hosts"
     return nodeid if path.startswith("tests/unit/") else "local-lab"
@@ -79,10 +68,9 @@ if LoadScopeScheduling is not None:
         under pytest >= 9.2)."""
 
         systemd = systemd_modules()
-        own = own_hosts_modules()
 
         def _split_scope(self, nodeid: str) -> str:
-            return xdist_scope(nodeid, self.systemd, self.own)
+            return xdist_scope(nodeid, self.systemd)
 
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return GroupScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
@@ -111,9 +99,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (SYSTEMD_FIXTURES.intersection(fixtures) or "systemd" in markers) and path not in systemd:
             raise pytest.UsageError(f"{item.nodeid} uses the systemd lab host: mark it (or its module) "
                                     "pytest.mark.systemd, so that scripts/test runs it on the lab hosts' worker")
-        if "own_hosts" in markers and SYSTEMD_FIXTURES.intersection(fixtures):
-            raise pytest.UsageError(f"{item.nodeid} is marked own_hosts but uses the shared lab host (it would run "
-                                    "beside the other lab-host tests on another worker)")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -40,7 +40,7 @@ from tests.integration.test_deploy import PROFILE, UNIT
 from tests.lab import Stream
 from tests.labhost_fixture import Lab, _env_flag, bring_up
 
-pytestmark = [pytest.mark.integration, pytest.mark.systemd, pytest.mark.own_hosts]
+pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
 NAMES = ["specops-fleet-1", "specops-fleet-2", "specops-fleet-3"]
 LB_PORT = 8000

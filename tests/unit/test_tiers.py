@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import own_hosts_modules, systemd_modules, tier, xdist_scope
+from tests.conftest import systemd_modules, tier, xdist_scope
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,8 +41,3 @@ def test_worker_groups() -> None:
     assert xdist_scope("tests/integration/test_soak.py::test_y", systemd) == "local-lab"
     assert xdist_scope("tests/backends/test_cuda.py::test_z", systemd) == "local-lab"
     assert xdist_scope("tests/unit/test_fit.py::test_w", systemd) == "tests/unit/test_fit.py::test_w"
-    own = own_hosts_modules(REPO)
-    assert own == {"tests/integration/test_fleet.py"} and own <= systemd
-    fleet = "tests/integration/test_fleet.py"
-    assert xdist_scope(f"{fleet}::test_a", systemd, own) == xdist_scope(f"{fleet}::test_b", systemd, own) == fleet
-    assert xdist_scope("tests/integration/test_deploy.py::test_x", systemd, own) == "systemd-hosts"
