@@ -67,7 +67,9 @@ if LoadScopeScheduling is not None:
         """xdist's loadscope with the groups above (xdist's own ``xdist_group`` marker cannot move node ids
         under pytest >= 9.2)."""
 
-        systemd = systemd_modules()
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            self.systemd = systemd_modules()
 
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid, self.systemd)
@@ -85,11 +87,10 @@ def tier(path: str, fixtures: Iterable[str], markers: Iterable[str]) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = ROOT
-    systemd = systemd_modules(root)
+    systemd = systemd_modules()
     for item in items:
         try:
-            path = item.path.resolve().relative_to(root).as_posix()
+            path = item.path.resolve().relative_to(ROOT).as_posix()
         except ValueError:
             path = item.path.as_posix()
         fixtures = tuple(getattr(item, "fixturenames", ()))

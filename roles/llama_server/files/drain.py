@@ -60,9 +60,10 @@ def sockets_on_port(port: int) -> list[str]:
 def wait_port_free(port: int, timeout: float, interval: float = 0.2) -> tuple[float, list[str]]:
     """Wait until no socket uses ``port`` (at most ``timeout`` s); (seconds waited, the states seen first)."""
     t0 = time.monotonic()
-    first = sockets_on_port(port)
-    while sockets_on_port(port) and time.monotonic() - t0 < timeout:
+    first = states = sockets_on_port(port)
+    while states and time.monotonic() - t0 < timeout:
         time.sleep(interval)
+        states = sockets_on_port(port)
     return round(time.monotonic() - t0, 2), sorted(set(first))
 
 
