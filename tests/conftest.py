@@ -132,13 +132,13 @@ def start_server(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Path,
                  request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerProcess]]:
     """Factory: ``start_server(draft_model=..., spec_type=...)`` → a started ServerProcess on a free port.
 
-    Profile keys default to SmolLM2 as target, small context, 2 threads. Logs are kept and printed
+    Profile keys default to SmolLM2 as target, small context, one thread (see tests/fixtures/deploy/smollm.yml). Logs are kept and printed
     when the test fails.
     """
     started: list[ServerProcess] = []
 
     def _start(env: dict[str, str] | None = None, **overrides: Any) -> ServerProcess:
-        profile = {"model": str(smollm), "ctx_size": 2048, "parallel": 1, "threads": 2, **overrides}
+        profile = {"model": str(smollm), "ctx_size": 2048, "parallel": 1, "threads": 1, **overrides}
         server = ServerProcess(llama_build.server, ServerProfile.from_dict(profile), llama_build.caps,
                                log_path=tmp_path / f"llama-server-{len(started)}.log", env=env)
         started.append(server)

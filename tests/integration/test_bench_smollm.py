@@ -36,7 +36,7 @@ def test_small_bench_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_p
     work, report, assets, vars_file = tmp_path / "work", tmp_path / "report.md", tmp_path / "assets", tmp_path / "v.yml"
     rc = main([
         "bench", "--llama-prefix", str(llama_build.prefix), "--target", str(smollm), "--draft", str(smollm),
-        "--tasks", str(tasks), "--arms", "draft-n4,ngram-simple", "--max-tokens", "32", "--threads", "2",
+        "--tasks", str(tasks), "--arms", "draft-n4,ngram-simple", "--max-tokens", "32", "--threads", "1",
         "--ctx-size", "1024", "--ceiling-k", "1,2,3,5", "--ceiling-reps", "2", "--ceiling-depth", "32",
         "--min-tasks", "2", "--slice", "0.2", "--work-dir", str(work), "--report", str(report),
         "--assets", str(assets), "--vars-file", str(vars_file), "--rule", "fastest", "--quiet",

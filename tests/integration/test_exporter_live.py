@@ -117,7 +117,7 @@ def test_baseline_server_is_not_expected_to_speculate(start_server, exporter_for
 def test_restart_on_the_same_port_is_counted_and_counters_reset(llama_build, smollm, tmp_path, exporter_for):
     port = free_port()
     profile = ServerProfile.from_dict({"model": str(smollm), "draft_model": str(smollm), "draft_n_max": 4,
-                                       "ctx_size": 2048, "threads": 2})
+                                       "ctx_size": 2048, "threads": 1})
     first = ServerProcess(llama_build.server, profile, llama_build.caps, tmp_path / "a.log", port=port)
     with first:
         exp = exporter_for(first)
@@ -181,7 +181,7 @@ def test_unreachable_then_real_server(llama_build, smollm, tmp_path, exporter_fo
     port = free_port()
     exp = exporter_for(f"http://127.0.0.1:{port}")
     fresh(exp, lambda s: s.time > 0 and not s.up)
-    profile = ServerProfile.from_dict({"model": str(smollm), "ctx_size": 2048, "threads": 2})
+    profile = ServerProfile.from_dict({"model": str(smollm), "ctx_size": 2048, "threads": 1})
     with ServerProcess(llama_build.server, profile, llama_build.caps, tmp_path / "late.log", port=port):
         snap = fresh(exp, lambda s: s.up and s.healthy and s.props.build_commit != "")
         assert snap.restarts == 0

@@ -69,7 +69,7 @@ def test_draft_simple_moves_spec_counters(start_server, smollm):
 
 def test_draft_model_alone_is_a_silent_noop(llama_build, smollm, tmp_path):
     """The trap the argv builder exists for: `-md X` without `--spec-type` loads and never uses X."""
-    profile = ServerProfile.from_dict({"model": str(smollm), "ctx_size": 2048, "threads": 2, "spec_type": "none"})
+    profile = ServerProfile.from_dict({"model": str(smollm), "ctx_size": 2048, "threads": 1, "spec_type": "none"})
     server = ServerProcess(llama_build.server, profile, llama_build.caps, tmp_path / "md-alone.log")
     i = server.argv.index("--spec-type")
     del server.argv[i : i + 2]
