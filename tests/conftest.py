@@ -132,8 +132,8 @@ def start_server(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Path,
                  request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerProcess]]:
     """Factory: ``start_server(draft_model=..., spec_type=...)`` → a started ServerProcess on a free port.
 
-    Profile keys default to SmolLM2 as target, small context, one thread (see tests/fixtures/deploy/smollm.yml). Logs are kept and printed
-    when the test fails.
+    Profile keys default to SmolLM2 as target, small context, one thread (why: tests/fixtures/deploy/smollm.yml).
+    Logs are kept and printed when the test fails.
     """
     started: list[ServerProcess] = []
 

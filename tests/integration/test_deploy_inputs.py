@@ -17,12 +17,20 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests import lab
-from tests.integration.test_deploy import UNIT, completion, deploy, main_pid, n_restarts
+from tests.integration.test_deploy import UNIT, completion, main_pid, n_restarts
+from tests.integration.test_deploy import deploy as deploy_measured
 from tests.lab import Stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
 BASELINE = "llama-server-baseline"
+
+
+def deploy(labhost, *extra: str) -> lab.PlaybookRun:
+    """test_deploy's deploy without the speed gate: nothing here is about it, and its two measurements per changed
+    unit would only slow the module down (a later -e in ``extra`` still wins)."""
+    return deploy_measured(labhost, "-e", "llama_server_speed_gate=off", *extra)
+
 TEST_DIR = "/etc/specops-inputs-test"
 SQUAT_PORT = 8090
 SQUAT = lab.squatter(SQUAT_PORT, "specops-squatter")  # (setup, teardown): the port taken by another unit
@@ -292,8 +300,7 @@ def test_api_key_never_leaks(serving, labhost):
     key_file = f"{TEST_DIR}/api-key"
     labhost.run(["sh", "-c", f'umask 077; printf "%s\\n" "$1" > {key_file}', "sh", KEY])
     try:
-        run = deploy(labhost, "-e", f"llama_server_api_key_file={key_file}", "-e", "specops_exporter_enabled=true",
-                     "-e", "llama_server_speed_gate=off")
+        run = deploy(labhost, "-e", f"llama_server_api_key_file={key_file}", "-e", "specops_exporter_enabled=true")
         assert run.rc == 0, run.output[-4000:]
         code = ("import sys,urllib.request,urllib.error;r=urllib.request.Request('http://127.0.0.1:8080/v1/models',"
                 "headers={'Authorization':'Bearer '+sys.argv[1]} if sys.argv[1] else {})\n"
@@ -325,7 +332,7 @@ def test_api_key_never_leaks(serving, labhost):
 
 
 def test_deploy_from_a_path_with_spaces_and_percent_serves_and_speculates(serving, labhost):
-    run = deploy(labhost, "-e", json.dumps({"specops_models_dir": HOSTILE_DIR}), "-e", "llama_server_speed_gate=off")
+    run = deploy(labhost, "-e", json.dumps({"specops_models_dir": HOSTILE_DIR}))
     try:
         assert run.rc == 0, run.output[-4000:]
         line = proof_line(run.text)
@@ -337,6 +344,6 @@ def test_deploy_from_a_path_with_spaces_and_percent_serves_and_speculates(servin
         out = completion(labhost)
         assert out["content"].strip() and out["timings"]["draft_n"] > 0
     finally:
-        restore = deploy(labhost)
-        assert restore.rc == 0, restore.output[-4000:]
+        # the module's last test: no restore (the next module deploys its own state), only the hostile directory goes
+        labhost.run(["systemctl", "stop", UNIT], check=False)
         labhost.run(["rm", "-rf", "/srv/spec ops"], check=False)
