@@ -18,7 +18,7 @@ from tests import lab
 
 pytest_plugins = ["tests.labhost_fixture"]
 
-# No per-example deadline: the suite runs beside other work (three xdist workers on two cores, or a CPU hog), where
+# No per-example deadline: the suite runs beside other work (four xdist workers on two cores, or a CPU hog), where
 # a slow example is load, not a bug; the properties are what the tests assert.
 settings.register_profile("specops", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("specops")
@@ -30,14 +30,21 @@ LAB_FIXTURES = frozenset({"llama_build", "smollm", "start_server", "labhost"})
 LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
 
 
-# The whole suite runs on three xdist workers (scripts/test: ``-n 3 --dist loadgroup``, scheduled by
-# ``pytest_xdist_make_scheduler`` below): every test module that boots systemd lab hosts runs on one worker, in file
-# order (they share the session's hosts and build on each other's deploys); every other lab test (local
-# llama-servers, Prometheus, exporters on free ports) on a second; the fast tier is shared out among all three.
-# The lab tests mostly wait on deploys and model loads, so the two cores have room for the rest beside them.
+# The whole suite runs on four xdist workers (scripts/test: ``-n 4 --dist loadgroup``, scheduled by
+# ``pytest_xdist_make_scheduler`` below): the test modules that boot systemd lab hosts run as two streams, each on
+# a worker and a lab host of its own (tests/labhost_fixture.py names the host after the worker), its modules in file
+# order; every other lab test (local llama-servers, Prometheus, exporters on free ports) on a third; the fast tier
+# on the fourth (xdist hands the biggest groups out first, one per worker). Every systemd module starts with a deploy
+# of the state it needs, so a module may run on either host. The lab tests mostly wait on deploys and model loads,
+# and every lab llama-server runs one thread (tests/fixtures/deploy/smollm.yml), so two cores hold the four.
 # The scheduler runs in the controller, which sees node ids only: a module is a systemd-host module when its text
 # marks anything ``pytest.mark.systemd``; collection refuses a test that uses the lab host in any other module.
 SYSTEMD_FIXTURES = frozenset({"labhost"})
+# the second lab host's stream, sized (by each module's time alone) to end about when the first does:
+# test_deploy + test_live_host + test_tabbyapi_deploy on the first, these on the second
+SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integration/test_fleet.py",
+                         "tests/integration/test_soak_systemd.py", "tests/integration/test_monitoring_systemd.py",
+                         "tests/integration/test_labhost.py"})
 SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,10 +56,11 @@ def systemd_modules(root: Path = ROOT) -> frozenset[str]:
 
 
 def xdist_scope(nodeid: str, systemd: frozenset[str]) -> str:
-    """The worker group of a test: ``"systemd-hosts"``, ``"local-lab"``, or the test itself (the fast tier)."""
+    """The worker group of a test: ``"systemd-hosts-1"`` or ``-2``, ``"local-lab"``, or the test itself (the fast
+    tier)."""
     path = nodeid.split("::", 1)[0]
     if path in systemd:
-        return "systemd-hosts"
+        return "systemd-hosts-2" if path in SECOND_HOST else "systemd-hosts-1"
     return nodeid if path.startswith("tests/unit/") else "local-lab"
 
 

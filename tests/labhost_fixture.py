@@ -12,7 +12,8 @@ inventory: groups ``llama_servers`` and ``monitoring``), and helpers ``run(cmd)`
 ``ssh(cmd)``, ``systemctl(...)``, ``show(unit, prop)`` and ``ansible(...)`` / ``ansible_playbook(...)``.
 
 Environment:
-  ``SPECOPS_LAB_TEST_NAME``  host name (default ``specops-test``)
+  ``SPECOPS_LAB_TEST_NAME``  host name (default ``specops-test``; under xdist the worker's id is appended,
+                             ``specops-test-gw1``: each worker that runs systemd modules has a host of its own)
   ``SPECOPS_LAB_KEEP=1``     reuse an existing host and keep it after the session (default: fresh, destroyed)
   ``SPECOPS_CACHE``          where rootfs tarballs and hosts live (default ``~/.cache/specops``)
 Needs root; skips otherwise. The first run ever builds the rootfs with debootstrap (a few minutes).
@@ -175,6 +176,8 @@ def labhost() -> Iterator[Lab]:
     if sys.platform != "linux" or os.geteuid() != 0:
         pytest.skip("the lab host needs root on Linux (systemd-nspawn, network namespaces)")
     name = os.environ.get("SPECOPS_LAB_TEST_NAME", DEFAULT_NAME)
+    if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+        name = f"{name}-{worker}"
     keep = _env_flag("SPECOPS_LAB_KEEP")
     lab = _LABS.get(name)
     if lab is None:
