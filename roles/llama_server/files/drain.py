@@ -4,7 +4,9 @@
 llama-server stops generating the moment it is told to stop: a stream in flight is cut. So this waits until
 none of the server's slots is processing (polling /slots every ``--interval`` seconds, at most ``--timeout``
 seconds) and restarts the unit at that moment; past the deadline it restarts anyway and says how many
-requests it cut. Prints JSON: {"drained", "waited_s", "busy_at_restart", "stop_s", "restart_s", "slots"}.
+requests it cut. Prints JSON: {"drained", "waited_s", "busy_at_restart", "stop_s", "restart_s", "slots"}; when
+the start fails, "start_failed" (systemd's result and exit status, the unit's journal since the start) instead of
+"restart_s", the same line on stderr, and exit status 1.
 A request that arrives in the few milliseconds between the last look and the stop finds the server
 stopping; the port answers again once the new process listens (the model-load window, measured by tests).
 """
@@ -67,6 +69,18 @@ def wait_port_free(port: int, timeout: float, interval: float = 0.2) -> tuple[fl
     return round(time.monotonic() - t0, 2), sorted(set(first))
 
 
+def why_start_failed(unit: str, since: float) -> str:
+    """One line: how systemd ended the start of ``unit`` (result, exit status) and its journal since ``since``."""
+    show = subprocess.run(["systemctl", "show", "-p", "Result,ExecMainCode,ExecMainStatus", unit],
+                          capture_output=True, text=True, check=False).stdout
+    props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+    journal = subprocess.run(["journalctl", "-u", unit, "--since", f"@{since:.0f}", "-n", "6", "-o", "cat",
+                              "--no-pager"], capture_output=True, text=True, check=False).stdout.split("\n")
+    lines = " | ".join(line.strip() for line in journal if line.strip())
+    return (f"systemctl start {unit} failed: result {props.get('Result', '?')}, main process status "
+            f"{props.get('ExecMainStatus', '?')} (code {props.get('ExecMainCode', '?')}); journal: {lines or 'empty'}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--unit", required=True)
@@ -97,7 +111,12 @@ def main() -> int:
     if args.free_port:
         out["port_wait_s"], out["port_states"] = wait_port_free(args.free_port, args.free_port_timeout)
     if args.action == "restart":
-        subprocess.run(["systemctl", "start", args.unit], check=True)
+        started = time.time() - 1
+        if subprocess.run(["systemctl", "start", args.unit], check=False).returncode != 0:
+            out["start_failed"] = why_start_failed(args.unit, started)
+            print(json.dumps(out))
+            print(out["start_failed"], file=sys.stderr)  # the deploy's one-line failure quotes this line
+            return 1
         out["restart_s"] = round(time.monotonic() - t1, 2)
     print(json.dumps(out))
     return 0
