@@ -87,15 +87,6 @@ def test_speed_gate_measured_speculation_against_plain_decoding(deployed, labhos
     assert labhost.run(["systemctl", "is-active", "llama-server-baseline"], check=False).stdout.strip() != "active"
 
 
-def test_second_deploy_changes_nothing(deployed, labhost):
-    pid = main_pid(labhost)
-    run = deploy(labhost)
-    assert run.rc == 0, run.output[-4000:]
-    assert run.recap(labhost.name).get("changed") == 0, run.output[-4000:]
-    assert run.recap("localhost").get("changed") == 0, run.output[-4000:]
-    assert main_pid(labhost) == pid
-
-
 def test_kill_9_is_restarted_by_systemd(deployed, labhost):
     before, pid = n_restarts(labhost), main_pid(labhost)
     labhost.run(["kill", "-9", str(pid)])

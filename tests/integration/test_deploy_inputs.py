@@ -275,8 +275,9 @@ def _P(path: str):
 
 
 def test_no_op_deploy_on_a_busy_host_is_proven_by_its_traffic(serving, labhost):
-    """Nothing changed, a client keeps the only slot busy: the deploy proves speculation from the traffic (the
-    speculation counters of the same process moved) instead of queueing a probe behind it, and says so."""
+    """Nothing changed, a client keeps the only slot busy: the deploy changes nothing (the suite's one no-change
+    deploy of a single host: the fleet's and the monitoring's have their own) and proves speculation from the
+    traffic (the speculation counters of the same process moved) instead of queueing a probe behind it."""
     pid = main_pid(labhost)
     with Stream(labhost, tokens=32) as stream:
         t0 = time.monotonic()
@@ -284,7 +285,9 @@ def test_no_op_deploy_on_a_busy_host_is_proven_by_its_traffic(serving, labhost):
         elapsed = time.monotonic() - t0
         stream.wait_for_requests(1, after=time.time())
     assert run.rc == 0, run.output[-4000:]
+    # nothing changed anywhere: the host, and the controller (build, models)
     assert run.recap(labhost.name).get("changed") == 0, run.output[-4000:]
+    assert run.recap("localhost").get("changed") == 0, run.output[-4000:]
     line = proof_line(run.text)
     print(f"\nNO-OP ON A BUSY HOST | {elapsed:.1f} s | {line}")
     assert "(proof: traffic" in line and "answers and speculates" in line, line
