@@ -41,7 +41,7 @@ LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
 # marks anything ``pytest.mark.systemd``; collection refuses a test that uses the lab host in any other module.
 SYSTEMD_FIXTURES = frozenset({"labhost"})
 # the second lab host's stream, sized (by each module's time alone) to end about when the first does:
-# test_deploy + test_live_host + test_tabbyapi_deploy on the first, these on the second
+# these on the second, every other systemd module (test_deploy, test_live_host, ...) on the first
 SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integration/test_fleet.py",
                          "tests/integration/test_soak_systemd.py", "tests/integration/test_monitoring_systemd.py",
                          "tests/integration/test_labhost.py"})

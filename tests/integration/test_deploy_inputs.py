@@ -18,22 +18,22 @@ import pytest
 
 from tests import lab
 from tests.integration.test_deploy import UNIT, completion, main_pid, n_restarts
-from tests.integration.test_deploy import deploy as deploy_measured
+from tests.integration.test_deploy import deploy as deploy_with_gate
 from tests.lab import Stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
 BASELINE = "llama-server-baseline"
-
-
-def deploy(labhost, *extra: str) -> lab.PlaybookRun:
-    """test_deploy's deploy without the speed gate: nothing here is about it, and its two measurements per changed
-    unit would only slow the module down (a later -e in ``extra`` still wins)."""
-    return deploy_measured(labhost, "-e", "llama_server_speed_gate=off", *extra)
-
 TEST_DIR = "/etc/specops-inputs-test"
 SQUAT_PORT = 8090
 SQUAT = lab.squatter(SQUAT_PORT, "specops-squatter")  # (setup, teardown): the port taken by another unit
+
+
+def deploy(labhost, *extra: str) -> lab.PlaybookRun:
+    """test_deploy's deploy (the profile's gate: warn) with the speed gate off: nothing here is about it, and its
+    two measurements per changed unit would only slow the module down (a later -e in ``extra`` still wins)."""
+    return deploy_with_gate(labhost, "-e", "llama_server_speed_gate=off", *extra)
+
 
 def host_state(labhost) -> dict:
     return {"unit": lab.file_sha(labhost, f"/etc/systemd/system/{UNIT}.service"),
