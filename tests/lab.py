@@ -143,6 +143,9 @@ def squatter(port: int, unit: str) -> tuple[Callable, Callable]:
 # Each request is one of a real client's: the same prompt, ``tokens`` tokens (ignore_eos: a known length), streamed
 # or not, a short pause between requests. A record: whether the answer ended whole, how many streamed pieces it
 # got before it ended, the HTTP status of a refusal, start and end (epoch s).
+# the rest between requests of a client that only needs live traffic (Stream's ``pause``)
+PACED = 1.5
+
 CLIENT = r"""
 import json, os, sys, time, urllib.error, urllib.request
 opts = json.loads(sys.argv[1])
@@ -172,20 +175,26 @@ while not os.path.exists(opts["stop"]):
         print(json.dumps({"ok": False, "pieces": pieces, "status": status, "error": repr(exc)[:200], "start": t0,
                           "end": time.time()}), flush=True)
         time.sleep(0.3)  # a failing loop stays a client's pace (the failure itself is what a test reports)
-    time.sleep(0.2)
+    time.sleep(opts["pause"])
 """
 
 
 class Stream:
-    """A client inside a lab host requesting completions back to back until stopped (streamed by default), sorting
-    what happened to each request: ``records``, ``failures``, ``cut`` (answers begun and cut before their end),
-    ``refused`` (no answer at all), ``window()`` (the longest run of refusals)."""
+    """A client inside a lab host requesting completions one after the other until stopped (streamed by default),
+    sorting what happened to each request: ``records``, ``failures``, ``cut`` (answers begun and cut before their
+    end), ``refused`` (no answer at all), ``window()`` (the longest run of refusals).
+
+    ``pause`` is the client's rest between requests: the default (0.2 s) keeps the server's slot busy nearly all
+    the time, for tests whose claim is about a busy service (an answer in flight when the deploy drains, the speed
+    gate under load). A test that only needs live traffic (the service keeps answering throughout) paces it
+    (``PACED``): on this 2-core machine every busy lab server takes a core from the deploys under test."""
 
     def __init__(self, labhost, tokens: int = 96, url: str = "http://127.0.0.1:8080/completion", *,
-                 stream: bool = True, headers: dict[str, str] | None = None, name: str = "stream") -> None:
+                 stream: bool = True, headers: dict[str, str] | None = None, name: str = "stream",
+                 pause: float = 0.2) -> None:
         self.labhost = labhost
         self.opts = {"tokens": tokens, "url": url, "stream": stream, "headers": headers or {},
-                     "stop": f"/run/specops-client-{name}.stop"}
+                     "stop": f"/run/specops-client-{name}.stop", "pause": pause}
         self.records: list[dict] = []
         self._cond = threading.Condition()
 

@@ -39,7 +39,10 @@ def host_state(labhost) -> dict:
     return {"unit": lab.file_sha(labhost, f"/etc/systemd/system/{UNIT}.service"),
             "baseline": lab.file_sha(labhost, f"/etc/systemd/system/{BASELINE}.service"),
             "pid": main_pid(labhost), "restarts": n_restarts(labhost),
-            "models": labhost.run(["sh", "-c", "ls -la /srv/ /srv/specops/models"]).stdout}
+            # names, types, sizes, modes, owners and mtimes under /srv; not `ls -l`, whose block totals can change
+            # with no write at all (once, after a refusal, only that listing differed: most likely the filesystem
+            # allocating the freshly copied model's blocks on write-back)
+            "models": labhost.run(["sh", "-c", "find /srv -printf '%p %y %s %m %u %T@\\n' | sort"]).stdout}
 
 
 def proof_line(text: str) -> str:
@@ -172,10 +175,10 @@ class Refusal:
 @pytest.fixture(scope="module")
 def refusals(serving, labhost) -> dict[str, Refusal]:
     """Every bad input deployed one after the other while one client streams from the service throughout (one
-    stream for all cases: starting and draining one per case cost ~5 s each); the client must complete a request
-    after the last refusal, and none may fail while any case runs."""
+    stream for all cases: starting and draining one per case cost ~5 s each; paced, as live traffic); the client
+    must complete a request after the last refusal, and none may fail while any case runs."""
     runs: dict[str, tuple[lab.PlaybookRun, float, dict, dict, float]] = {}
-    with Stream(labhost, tokens=32) as stream:
+    with Stream(labhost, tokens=32, pause=lab.PACED) as stream:
         for name, case in CASES.items():
             if case.setup:
                 case.setup(labhost)
@@ -294,6 +297,24 @@ def test_no_op_deploy_on_a_busy_host_is_proven_by_its_traffic(serving, labhost):
     assert main_pid(labhost) == pid and stream.failures == [], stream.failures
 
 
+def test_deploy_from_a_path_with_spaces_and_percent_serves_and_speculates(serving, labhost):
+    run = deploy(labhost, "-e", json.dumps({"specops_models_dir": HOSTILE_DIR}))
+    try:
+        assert run.rc == 0, run.output[-4000:]
+        line = proof_line(run.text)
+        print(f"\nHOSTILE PATH DEPLOY | {line}")
+        assert "(proof: probe" in line, line            # a changed unit proves itself with its own probe
+        unit = labhost.run(["cat", f"/etc/systemd/system/{UNIT}.service"]).stdout
+        assert 'ReadOnlyPaths="/srv/spec ops/mödels %%/"' in unit, unit
+        assert labhost.run(["test", "-f", HOSTILE_DIR + "SmolLM2-135M-Instruct.Q4_1.gguf"], check=False).returncode == 0
+        out = completion(labhost)
+        assert out["content"].strip() and out["timings"]["draft_n"] > 0
+    finally:
+        # no restore: the next test deploys its own settings; the service stops, as its model directory goes
+        labhost.run(["systemctl", "stop", UNIT], check=False)
+        labhost.run(["rm", "-rf", "/srv/spec ops"], check=False)
+
+
 KEY = "sk-specops-4f1d2c9e7b"
 
 
@@ -329,24 +350,5 @@ def test_api_key_never_leaks(serving, labhost):
         leaks = [where for where, text in places.items() if KEY in text]
         assert leaks == [], leaks
     finally:
+        # the module's last test: no restore (the next module deploys its own state), only the exporter goes
         labhost.run(["systemctl", "disable", "--now", "specops-exporter"], check=False)
-        restore = deploy(labhost)
-        assert restore.rc == 0, restore.output[-4000:]
-
-
-def test_deploy_from_a_path_with_spaces_and_percent_serves_and_speculates(serving, labhost):
-    run = deploy(labhost, "-e", json.dumps({"specops_models_dir": HOSTILE_DIR}))
-    try:
-        assert run.rc == 0, run.output[-4000:]
-        line = proof_line(run.text)
-        print(f"\nHOSTILE PATH DEPLOY | {line}")
-        assert "(proof: probe" in line, line            # a changed unit proves itself with its own probe
-        unit = labhost.run(["cat", f"/etc/systemd/system/{UNIT}.service"]).stdout
-        assert 'ReadOnlyPaths="/srv/spec ops/mödels %%/"' in unit, unit
-        assert labhost.run(["test", "-f", HOSTILE_DIR + "SmolLM2-135M-Instruct.Q4_1.gguf"], check=False).returncode == 0
-        out = completion(labhost)
-        assert out["content"].strip() and out["timings"]["draft_n"] > 0
-    finally:
-        # the module's last test: no restore (the next module deploys its own state), only the hostile directory goes
-        labhost.run(["systemctl", "stop", UNIT], check=False)
-        labhost.run(["rm", "-rf", "/srv/spec ops"], check=False)

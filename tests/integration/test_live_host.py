@@ -79,7 +79,7 @@ def test_the_gate_under_load_never_reverses_the_idle_verdict(live, labhost):
     with Stream(labhost) as stream:
         t0 = time.monotonic()
         run = deploy(labhost, "-e", "llama_server_speed_gate=fallback", "-e", "llama_server_speed_gate_refresh=true",
-                     "-e", "llama_server_speed_gate_idle_timeout=45")
+                     "-e", "llama_server_speed_gate_idle_timeout=20")
         seconds = time.monotonic() - t0
         stream.wait_ok(1, after=time.time())
     gate = line_after(run.text, "Speed gate - what it measured")
@@ -141,7 +141,8 @@ def test_an_interrupted_deploy_converges_on_the_re_run(live, labhost, step):
     assert current
     target = "1024" if current.group(1) != "1024" else "2048"
     args = ("-e", "llama_server_speed_gate=off", "-e", f"llama_server_ctx_size={target}")
-    with Stream(labhost) as stream:
+    # live traffic through the interruption and the re-run (paced: the claim is about convergence, not a busy slot)
+    with Stream(labhost, tokens=48, pause=lab.PACED) as stream:
         t0 = time.monotonic()
         rc, interrupted = interrupted_deploy(labhost, SWAP_STEPS[step], *args)
         assert rc != 0, interrupted[-4000:]
