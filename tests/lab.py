@@ -144,7 +144,7 @@ def squatter(port: int, unit: str) -> tuple[Callable, Callable]:
 # or not, a short pause between requests. A record: whether the answer ended whole, how many streamed pieces it
 # got before it ended, the HTTP status of a refusal, start and end (epoch s).
 # the rest between requests of a client that only needs live traffic (Stream's ``pause``)
-PACED = 1.5
+PACED = 3.0
 
 CLIENT = r"""
 import json, os, sys, time, urllib.error, urllib.request
@@ -187,7 +187,8 @@ class Stream:
     ``pause`` is the client's rest between requests: the default (0.2 s) keeps the server's slot busy nearly all
     the time, for tests whose claim is about a busy service (an answer in flight when the deploy drains, the speed
     gate under load). A test that only needs live traffic (the service keeps answering throughout) paces it
-    (``PACED``): on this 2-core machine every busy lab server takes a core from the deploys under test."""
+    (``PACED``: a request every ~4 s with 32-48 tokens): on this 2-core machine every busy lab server takes a core
+    from the deploys under test."""
 
     def __init__(self, labhost, tokens: int = 96, url: str = "http://127.0.0.1:8080/completion", *,
                  stream: bool = True, headers: dict[str, str] | None = None, name: str = "stream",

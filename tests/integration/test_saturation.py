@@ -1,5 +1,5 @@
 """The saturation soak, short: ``specops saturate`` with SmolLM2 drafting for itself against ``--parallel N`` for
-N = 1, 2, 4, speculative and plain alternating (ABBA), a kill -9 in both arms of every second block. The claim is
+N = 1 and 4, speculative and plain alternating (ABBA), a kill -9 in both arms of every second block. The claim is
 about the mechanics (every request accounted for, every slot used, per-slot and A/B figures present, faults
 recovered), not about speed: the shared machine makes no speed verdict here."""
 
@@ -18,7 +18,7 @@ from tests import lab
 pytestmark = pytest.mark.integration
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-LEVELS = (1, 2, 4)
+LEVELS = (1, 4)   # one slot, and several (2 proved nothing 4 does not; it cost ~45 s)
 
 
 def test_short_saturation_soak(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Path) -> None:
