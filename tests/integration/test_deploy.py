@@ -182,4 +182,15 @@ def test_speed_gate_falls_back_to_plain_decoding_when_speculation_loses(deployed
     assert "last known-good unit was put back" in failing.text
     assert "--spec-type none" in labhost.run(["systemctl", "cat", UNIT]).stdout
     assert completion(labhost)["content"].strip()
+
+    # the same command again: the gate's record refuses this unit before anything changes (it used to deploy it)
+    pid, refused = main_pid(labhost), speed_gate_record(labhost)
+    again = deploy(labhost, "-e", "llama_server_speed_gate=fail")
+    assert again.rc != 0, again.output[-4000:]
+    if refused["verdict"] == "loses":
+        assert "this unit LOST on this host" in again.text and "nothing was changed" in again.text, again.text[-3000:]
+        assert main_pid(labhost) == pid and "Speed gate - probe" not in again.text
+    else:  # no verdict kept (a starved host): measured again, refused again, rolled back
+        assert "llama_server_speed_gate=fail" in again.text, again.text[-3000:]
+    assert "--spec-type none" in labhost.run(["systemctl", "cat", UNIT]).stdout
     # no restore: this is the module's last test, and every module on the lab host starts with its own deploy

@@ -105,6 +105,9 @@ def draft_not_readable(labhost) -> None:
     labhost.run(["sh", "-c", f"echo GGUF > {TEST_DIR}/draft-0600.gguf && chmod 0600 {TEST_DIR}/draft-0600.gguf"])
 
 
+# Each refusal here goes through the real playbook on a live host. Settings checked by the argument specs alone
+# (a negative draft length, a word where a number belongs, an unknown spec type, a privileged baseline port) are
+# refused by the same task as "parallel 0": their one-line messages are tested in tests/unit/test_deploy_checks.py.
 CASES = {
     "relative models dir": Case(["specops_models_dir=srv/models"], "specops_models_dir", "not an absolute path"),
     "newline in path": Case(['{"specops_models_dir": "/srv/spec\\nops"}'], "specops_models_dir",
@@ -120,15 +123,9 @@ CASES = {
     "port taken by another process": Case([f"llama_server_port={SQUAT_PORT}"], "llama_server_port",
                                           f"port {SQUAT_PORT} is already taken", setup=SQUAT[0], teardown=SQUAT[1]),
     "parallel 0": Case(["llama_server_parallel=0"], "llama_server_parallel", "must be at least 1"),
-    "negative draft length": Case(["llama_server_draft_n_max=-1"], "llama_server_draft_n_max", "must be at least 0"),
-    "string where a number belongs": Case(["llama_server_ctx_size=lots"], "llama_server_ctx_size",
-                                          "not a whole number"),
-    "unknown spec type": Case(["llama_server_spec_type=draft-magic"], "llama_server_spec_type", "not one of"),
     "public listen address without a key": Case(["llama_server_host=0.0.0.0"], "llama_server_host",
                                                 "llama_server_allow_public_unauthenticated: true"),
     "privileged port": Case(["llama_server_port=80"], "llama_server_port", "llama_server_bind_privileged_port: true"),
-    "privileged baseline port": Case(["llama_server_baseline_port=443"], "llama_server_baseline_port",
-                                     "pick a port of 1024 or more"),
     "model behind a symlink into /root": Case([f"llama_server_target_model={MODEL_LINK}"],
                                               "llama_server_target_model", "ProtectHome=yes",
                                               setup=model_behind_root,

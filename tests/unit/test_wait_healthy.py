@@ -192,8 +192,12 @@ class FakeHost:
     def __init__(self, states: list[dict[str, str]], lines: list[str]) -> None:
         self.states, self.lines = states, lines
         self.journal_calls: list[list[str]] = []
+        self.synced_before_read = False
 
     def run(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        if argv == ["journalctl", "--sync"]:
+            self.synced_before_read = self.synced_before_read or not self.journal_calls
+            return subprocess.CompletedProcess(argv, 0, "", "")
         if argv[0] == "systemctl":
             state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
             return subprocess.CompletedProcess(argv, 0, "".join(f"{k}={v}\n" for k, v in state.items()), "")
@@ -223,6 +227,7 @@ def test_a_crash_seen_after_systemd_restarted_it_reads_the_run_that_failed(monke
     assert out["journal"].splitlines()[-1] == PERMISSION[-1]
     assert host.journal_calls[0][6:] == ["_SYSTEMD_INVOCATION_ID=aaa", "_SYSTEMD_INVOCATION_ID=bbb", "+",
                                          "INVOCATION_ID=aaa", "INVOCATION_ID=bbb"]
+    assert host.synced_before_read   # journalctl --sync first: the dying process's last line is stored
 
 
 def test_a_journal_without_invocation_tags_falls_back_to_the_unit(monkeypatch, capsys) -> None:

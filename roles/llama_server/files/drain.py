@@ -74,6 +74,9 @@ def why_start_failed(unit: str, since: float) -> str:
     show = subprocess.run(["systemctl", "show", "-p", "Result,ExecMainCode,ExecMainStatus", unit],
                           capture_output=True, text=True, check=False).stdout
     props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+    # the failed process's own line (e.g. the missing executable) can reach the journal after systemd's lines
+    # about it (seen once under load): --sync stores everything logged so far before it is read
+    subprocess.run(["journalctl", "--sync"], capture_output=True, text=True, check=False)
     journal = subprocess.run(["journalctl", "-u", unit, "--since", f"@{since:.0f}", "-n", "6", "-o", "cat",
                               "--no-pager"], capture_output=True, text=True, check=False).stdout.split("\n")
     lines = " | ".join(line.strip() for line in journal if line.strip())

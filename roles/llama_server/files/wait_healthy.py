@@ -132,6 +132,9 @@ def journal_lines(unit: str, invocations: list[str], since: str) -> list[str]:
     def run(argv: list[str]) -> list[str]:
         out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
         return [line for line in out.splitlines() if line.strip()]
+    # what the unit's process logged just before it died can still be on its way into the journal (its line
+    # naming the cause arrived after systemd's own lines once, under load): --sync stores everything logged so far
+    subprocess.run(["journalctl", "--sync"], capture_output=True, text=True, check=False)
     # a journald that did not tag the lines with the invocation: the unit's recent lines, as before
     return run(journal_argv(unit, invocations, since)) or run(journal_argv(unit, [], since))
 
