@@ -41,9 +41,11 @@ LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
 # marks anything ``pytest.mark.systemd``; collection refuses a test that uses the lab host in any other module.
 SYSTEMD_FIXTURES = frozenset({"labhost"})
 # the second lab host's stream, sized (by each module's time alone) to end about when the first does:
-# these on the second, every other systemd module (test_deploy, test_live_host, ...) on the first
+# these on the second, every other systemd module (test_deploy, test_live_host, test_monitoring_systemd, ...) on
+# the first (at 308a087, idle: 766 s of tests on the first, 840 on the second; test_monitoring_systemd, 104 s, and
+# test_tabbyapi_deploy, 69 s, then changed places)
 SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integration/test_fleet.py",
-                         "tests/integration/test_soak_systemd.py", "tests/integration/test_monitoring_systemd.py",
+                         "tests/integration/test_soak_systemd.py", "tests/integration/test_tabbyapi_deploy.py",
                          "tests/integration/test_labhost.py"})
 SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")
 ROOT = Path(__file__).resolve().parent.parent
