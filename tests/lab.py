@@ -139,13 +139,13 @@ def squatter(port: int, unit: str) -> tuple[Callable, Callable]:
     return setup, teardown
 
 
-# ---- a client on the lab host: completions back to back until stopped, one record per request -------------
-# Each request is one of a real client's: the same prompt, ``tokens`` tokens (ignore_eos: a known length), streamed
-# or not, a short pause between requests. A record: whether the answer ended whole, how many streamed pieces it
-# got before it ended, the HTTP status of a refusal, start and end (epoch s).
+# ---- a client on the lab host: completions one after the other until stopped, one record per request -----
 # the rest between requests of a client that only needs live traffic (Stream's ``pause``)
 PACED = 3.0
 
+# Each request is one of a real client's: the same prompt, ``tokens`` tokens (ignore_eos: a known length), streamed
+# or not, a pause between requests (``pause``). A record: whether the answer ended whole, how many streamed pieces it
+# got before it ended, the HTTP status of a refusal, start and end (epoch s).
 CLIENT = r"""
 import json, os, sys, time, urllib.error, urllib.request
 opts = json.loads(sys.argv[1])
