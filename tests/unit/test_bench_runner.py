@@ -94,7 +94,7 @@ def test_paired_blocks_stop_losers_and_settle_winners(fake_bin: Path, tmp_path: 
 
 def test_sliced_blocks_time_every_server_over_its_own_running_time(fake_bin: Path, tmp_path: Path) -> None:
     """All requests of a block at once, one server computing at a time: each rate is counted over the time that
-    server ran (the stand-in computes in CPU time, so it makes no progress while paused, like llama-server)."""
+    server ran (the stand-in advances in 5 ms sleeps, so it makes no progress while paused, like llama-server)."""
     cfg, arms, design, store = setup(fake_bin, tmp_path, [arm("ngram-simple", FAKE_TPS="75"),
                                                           arm("ngram-mod", FAKE_TPS="25")],
                                      interleave="slices", slice_s=0.05)
