@@ -31,24 +31,20 @@ LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
 
 
 # The whole suite runs on four xdist workers (scripts/test: ``-n 4 --dist loadgroup``, scheduled by
-# ``pytest_xdist_make_scheduler`` below): the test modules that boot systemd lab hosts run as three streams, each on
-# a worker of its own: two each on a lab host of its own (tests/labhost_fixture.py names the host after the worker),
-# their modules in file order, and the fleet on its three hosts; every other lab test (local llama-servers,
-# Prometheus, exporters on free ports) on the fourth worker. xdist hands the biggest groups out first, one per
-# worker, and a worker down to its last two tests takes fast-tier tests one at a time. Every systemd module starts
-# with a deploy of the state it needs, so a module may run on either host. The lab tests mostly wait on deploys and
-# model loads, and every lab llama-server runs one thread (tests/fixtures/deploy/smollm.yml), so two cores hold them.
+# ``pytest_xdist_make_scheduler`` below): the test modules that boot systemd lab hosts run as two streams, each on
+# a worker and a lab host of its own (tests/labhost_fixture.py names the host after the worker), its modules in file
+# order; every other lab test (local llama-servers, Prometheus, exporters on free ports) on a third; the fast tier
+# on the fourth (xdist hands the biggest groups out first, one per worker). Every systemd module starts with a deploy
+# of the state it needs, so a module may run on either host. The lab tests mostly wait on deploys and model loads,
+# and every lab llama-server runs one thread (tests/fixtures/deploy/smollm.yml), so two cores hold the four.
 # The scheduler runs in the controller, which sees node ids only: a module is a systemd-host module when its text
 # marks anything ``pytest.mark.systemd``; collection refuses a test that uses the lab host in any other module.
 SYSTEMD_FIXTURES = frozenset({"labhost"})
-# the fleet (its own three hosts, tests/integration/test_fleet.py): a stream of its own, beside the two lab hosts'
-# (in the second host's stream: with two streams left the two cores sat partly idle for the suite's last minutes)
-OWN_STREAM = frozenset({"tests/integration/test_fleet.py"})
-# the second lab host's stream, sized (by each module's time in a whole run) to end about when the first does:
-# these on the second, every other systemd module (test_deploy, test_live_host, ...) on the first (at 2e49a17, idle,
-# in seconds of tests: first host test_deploy 263, test_live_host 350, test_monitoring_systemd 97; second host
-# test_deploy_inputs 236, test_fleet 304, test_soak_systemd 121, test_tabbyapi_deploy 66, test_labhost 12)
-SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integration/test_monitoring_systemd.py",
+# the second lab host's stream, sized (by each module's time alone) to end about when the first does:
+# these on the second, every other systemd module (test_deploy, test_live_host, test_monitoring_systemd, ...) on
+# the first (at 308a087, idle: 766 s of tests on the first, 840 on the second; test_monitoring_systemd, 104 s, and
+# test_tabbyapi_deploy, 69 s, then changed places)
+SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integration/test_fleet.py",
                          "tests/integration/test_soak_systemd.py", "tests/integration/test_tabbyapi_deploy.py",
                          "tests/integration/test_labhost.py"})
 SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")
@@ -62,11 +58,9 @@ def systemd_modules(root: Path = ROOT) -> frozenset[str]:
 
 
 def xdist_scope(nodeid: str, systemd: frozenset[str]) -> str:
-    """The worker group of a test: ``"systemd-hosts-1"`` or ``-2``, ``"systemd-fleet"``, ``"local-lab"``, or the
-    test itself (the fast tier)."""
+    """The worker group of a test: ``"systemd-hosts-1"`` or ``-2``, ``"local-lab"``, or the test itself (the fast
+    tier)."""
     path = nodeid.split("::", 1)[0]
-    if path in OWN_STREAM and path in systemd:
-        return "systemd-fleet"
     if path in systemd:
         return "systemd-hosts-2" if path in SECOND_HOST else "systemd-hosts-1"
     return nodeid if path.startswith("tests/unit/") else "local-lab"

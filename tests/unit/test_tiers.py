@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import OWN_STREAM, SECOND_HOST, systemd_modules, tier, xdist_scope
+from tests.conftest import SECOND_HOST, systemd_modules, tier, xdist_scope
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,11 +38,9 @@ def test_worker_groups() -> None:
             "tests/integration/test_live_host.py", "tests/integration/test_labhost.py"} <= systemd
     assert "tests/integration/test_soak.py" not in systemd and "tests/unit/test_tiers.py" not in systemd
     assert xdist_scope("tests/integration/test_deploy.py::test_x[a]", systemd) == "systemd-hosts-1"
-    assert xdist_scope("tests/integration/test_soak_systemd.py::test_v", systemd) == "systemd-hosts-2"
-    assert xdist_scope("tests/integration/test_fleet.py::test_v", systemd) == "systemd-fleet"
-    # the other streams name systemd modules only (a renamed module would silently join the first)
+    assert xdist_scope("tests/integration/test_fleet.py::test_v", systemd) == "systemd-hosts-2"
+    # the second stream names systemd modules only (a renamed module would silently join the first)
     assert SECOND_HOST.issubset(systemd), SECOND_HOST - systemd
-    assert OWN_STREAM.issubset(systemd) and not OWN_STREAM & SECOND_HOST, OWN_STREAM
     assert xdist_scope("tests/integration/test_soak.py::test_y", systemd) == "local-lab"
     assert xdist_scope("tests/backends/test_cuda.py::test_z", systemd) == "local-lab"
     assert xdist_scope("tests/unit/test_fit.py::test_w", systemd) == "tests/unit/test_fit.py::test_w"
