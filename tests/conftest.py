@@ -112,21 +112,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                     "pytest.mark.systemd, so that scripts/test runs it on the lab hosts' worker")
 
 
-# The fast tier yields the cores to the lab streams (the whole suite's critical path): an xdist worker nices itself
-# (and so every process its tests start) before its first fast-tier test. Only the fast tier's worker runs one
-# before its lab tests are done (the others take fast tests only when their own run out), so no lab test runs
-# niced. The fast tier waits on no llama-server and no lab host: it runs in the gaps the streams leave.
-FAST_TIER_NICE = 10
-_niced = False
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    global _niced
-    if not _niced and os.environ.get("PYTEST_XDIST_WORKER") and item.get_closest_marker("fast"):
-        os.nice(FAST_TIER_NICE)
-        _niced = True
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
     outcome = yield
