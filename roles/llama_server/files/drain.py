@@ -7,8 +7,11 @@ seconds) and restarts the unit at that moment; past the deadline it restarts any
 requests it cut. Prints JSON: {"drained", "waited_s", "busy_at_restart", "stop_s", "restart_s", "slots"}; when
 the start fails, "start_failed" (systemd's result and exit status, the unit's journal since the start) instead of
 "restart_s", the same line on stderr, and exit status 1.
-A request that arrives in the few milliseconds between the last look and the stop finds the server
-stopping; the port answers again once the new process listens (the model-load window, measured by tests).
+A request that arrives between the last look and the stop finds the server stopping; the port answers again
+once the new process listens (the model-load window, measured by tests). Known gap (not closed yet): on a loaded
+host that look-to-SIGTERM gap (systemctl, D-Bus, PID 1) can outlast a busy client's pause between requests; a
+request begun in it is cut, and llama-server then holds it open until the unit's stop timeout (seen once beside a
+CPU hog: "stopping took 30.89 s").
 """
 
 import argparse
