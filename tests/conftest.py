@@ -31,22 +31,27 @@ LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
 
 
 # The whole suite runs on four xdist workers (scripts/test: ``-n 4 --dist loadgroup``, scheduled by
-# ``pytest_xdist_make_scheduler`` below): the test modules that boot systemd lab hosts run as two streams, each on
-# a worker and a lab host of its own (tests/labhost_fixture.py names the host after the worker), its modules in file
-# order; every other lab test (local llama-servers, Prometheus, exporters on free ports) on a third; the fast tier
-# on the fourth (xdist hands the biggest groups out first, one per worker). Every systemd module starts with a deploy
-# of the state it needs, so a module may run on either host. The lab tests mostly wait on deploys and model loads,
-# and every lab llama-server runs one thread (tests/fixtures/deploy/smollm.yml), so two cores hold the four.
+# ``pytest_xdist_make_scheduler`` below): the test modules that boot systemd lab hosts run as streams, each on a
+# worker and a lab host of its own (tests/labhost_fixture.py names the host after the worker), its modules in file
+# order; every other lab test (local llama-servers, Prometheus, exporters on free ports) on a third worker; the fast
+# tier on the fourth (xdist hands the biggest groups out first, one per worker). Two streams start at once; the third
+# (LATE_HOST) starts only when no other group is left to hand out -- when the fast tier and the local lab are done,
+# about half-way, and the two cores would otherwise idle while the two streams finish their deploys one after the
+# other (three streams from the start were slower: 13 m 01 s against 12 m 32 s, every deploy slowed by the others).
+# Every systemd module starts with a deploy of the state it needs, so a module may run on any host. The lab tests
+# mostly wait on deploys and model loads, and every lab llama-server runs one thread
+# (tests/fixtures/deploy/smollm.yml), so two cores hold the four.
 # The scheduler runs in the controller, which sees node ids only: a module is a systemd-host module when its text
 # marks anything ``pytest.mark.systemd``; collection refuses a test that uses the lab host in any other module.
 SYSTEMD_FIXTURES = frozenset({"labhost"})
-# the second lab host's stream, sized (by each module's time alone) to end about when the first does:
-# these on the second, every other systemd module (test_deploy, test_live_host, test_monitoring_systemd, ...) on
-# the first (at 308a087, idle: 766 s of tests on the first, 840 on the second; test_monitoring_systemd, 104 s, and
-# test_tabbyapi_deploy, 69 s, then changed places)
+# The streams, sized by each module's time in a whole run (2e49a17, idle: first 710 s of tests, second 739 s, the
+# local lab and the fast tier done at ~370 s): these on the second, LATE_HOST's on the third, every other systemd
+# module (test_deploy, test_live_host, ...) on the first.
 SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integration/test_fleet.py",
-                         "tests/integration/test_soak_systemd.py", "tests/integration/test_tabbyapi_deploy.py",
-                         "tests/integration/test_labhost.py"})
+                         "tests/integration/test_monitoring_systemd.py"})
+LATE_HOST = frozenset({"tests/integration/test_soak_systemd.py", "tests/integration/test_tabbyapi_deploy.py",
+                       "tests/integration/test_labhost.py"})
+LATE_GROUP = "systemd-hosts-3"
 SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,11 +63,11 @@ def systemd_modules(root: Path = ROOT) -> frozenset[str]:
 
 
 def xdist_scope(nodeid: str, systemd: frozenset[str]) -> str:
-    """The worker group of a test: ``"systemd-hosts-1"`` or ``-2``, ``"local-lab"``, or the test itself (the fast
-    tier)."""
+    """The worker group of a test: ``"systemd-hosts-1"``, ``-2`` or ``-3``, ``"local-lab"``, or the test itself (the
+    fast tier)."""
     path = nodeid.split("::", 1)[0]
     if path in systemd:
-        return "systemd-hosts-2" if path in SECOND_HOST else "systemd-hosts-1"
+        return LATE_GROUP if path in LATE_HOST else "systemd-hosts-2" if path in SECOND_HOST else "systemd-hosts-1"
     return nodeid if path.startswith("tests/unit/") else "local-lab"
 
 
@@ -83,6 +88,12 @@ if LoadScopeScheduling is not None:
 
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid, self.systemd)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            # the late stream goes out last: behind every other group still waiting
+            if next(iter(self.workqueue)) == LATE_GROUP and len(self.workqueue) > 1:
+                self.workqueue.move_to_end(LATE_GROUP)
+            super()._assign_work_unit(node)
 
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return GroupScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None

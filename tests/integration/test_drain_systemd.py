@@ -6,6 +6,7 @@ and nothing else to go on)."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,72 @@ def test_a_unit_that_cannot_start_is_explained_in_one_line(labhost):
     finally:
         labhost.run(["sh", "-c", f"rm -f /run/systemd/system/{UNIT}.service; systemctl daemon-reload;"
                                  f" systemctl reset-failed {UNIT}"], check=False)
+
+
+# A stand-in for llama-server's stop (tools/server/server.cpp: the first SIGTERM ends the task loop, and a request in
+# flight then holds the process open; a second signal exits at once with status 1), serving /slots as idle. HANG=1
+# plays a request that began in the instant between the drain's last look and its signal (not reproducible on
+# demand with the real server); HANG=0 an idle server, which exits 0 on the first signal.
+STANDIN = r"""
+import http.server, json, os, signal, sys, threading
+hang = os.environ["HANG"] == "1"
+signals = []
+def on_term(signum, frame):
+    signals.append(signum)
+    with open(sys.argv[2], "a") as fh:
+        fh.write(f"SIGTERM {len(signals)}\n")
+    if len(signals) > 1 or not hang:
+        os._exit(1 if len(signals) > 1 else 0)
+signal.signal(signal.SIGTERM, on_term)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps([{"id": 0, "is_processing": False}]).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+while True: signal.pause()
+"""
+
+
+WAIT_SLOTS = """
+import sys, time, urllib.request
+deadline = time.monotonic() + 60
+while True:
+    try:
+        urllib.request.urlopen(sys.argv[1], timeout=5).read()
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            sys.exit("the stand-in never answered " + sys.argv[1])
+        time.sleep(0.1)
+"""
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["idle server exits", "a request cut in the gap"])
+def test_the_stop_is_one_signal_and_a_hung_stop_is_said(labhost, hang):
+    unit, port = f"{UNIT}-standin", 9187
+    service = (f"[Service]\nType=exec\nEnvironment=HANG={int(hang)}\nTimeoutStopSec=120\n"
+               f"ExecStart=/usr/bin/python3 /run/{unit}.py {port} /run/{unit}.log\n")
+    labhost.run(["sh", "-c", f"cat > /run/{unit}.py && printf %s {shlex.quote(service)}"
+                             f" > /run/systemd/system/{unit}.service && systemctl daemon-reload"], input=STANDIN)
+    labhost.run(["systemctl", "start", unit])
+    try:
+        # Type=exec: started once python3 runs, not once it listens -- wait (deadline 60 s) until /slots answers
+        labhost.run(["python3", "-c", WAIT_SLOTS, f"http://127.0.0.1:{port}/slots"], timeout=90)
+        proc = labhost.run(["python3", "-", "--action", "stop", "--unit", unit, "--url", f"http://127.0.0.1:{port}",
+                            "--grace", "2"], input=DRAIN.read_text(), timeout=90)
+        out = json.loads(proc.stdout.splitlines()[-1])
+        assert out["drained"] and out["busy_at_restart"] == 0, out
+        assert out["slots"] == "read" and out.get("stop_hung") is hang, out
+        # an idle server exited on the drain's signal; a hung one on the second, systemctl stop's (status 1), long
+        # before the unit's 120 s stop timeout would have killed it
+        assert labhost.run(["cat", f"/run/{unit}.log"]).stdout.split("\n") == (
+            ["SIGTERM 1", "SIGTERM 2", ""] if hang else ["SIGTERM 1", ""])
+        state = labhost.run(["systemctl", "show", "-p", "ActiveState,Result", unit]).stdout.split()
+        assert state == (["Result=exit-code", "ActiveState=failed"] if hang else
+                         ["Result=success", "ActiveState=inactive"]), state
+    finally:
+        labhost.run(["sh", "-c", f"systemctl stop {unit}; rm -f /run/systemd/system/{unit}.service /run/{unit}.*;"
+                                 f" systemctl daemon-reload; systemctl reset-failed {unit}"], check=False)

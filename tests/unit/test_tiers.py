@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import SECOND_HOST, systemd_modules, tier, xdist_scope
+from tests.conftest import LATE_GROUP, LATE_HOST, SECOND_HOST, systemd_modules, tier, xdist_scope
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,8 +39,37 @@ def test_worker_groups() -> None:
     assert "tests/integration/test_soak.py" not in systemd and "tests/unit/test_tiers.py" not in systemd
     assert xdist_scope("tests/integration/test_deploy.py::test_x[a]", systemd) == "systemd-hosts-1"
     assert xdist_scope("tests/integration/test_fleet.py::test_v", systemd) == "systemd-hosts-2"
-    # the second stream names systemd modules only (a renamed module would silently join the first)
+    assert xdist_scope("tests/integration/test_soak_systemd.py::test_u", systemd) == LATE_GROUP
+    # the second and late streams name systemd modules only (a renamed module would silently join the first)
     assert SECOND_HOST.issubset(systemd), SECOND_HOST - systemd
+    assert LATE_HOST.issubset(systemd) and not LATE_HOST & SECOND_HOST, LATE_HOST - systemd
     assert xdist_scope("tests/integration/test_soak.py::test_y", systemd) == "local-lab"
     assert xdist_scope("tests/backends/test_cuda.py::test_z", systemd) == "local-lab"
     assert xdist_scope("tests/unit/test_fit.py::test_w", systemd) == "tests/unit/test_fit.py::test_w"
+
+
+def test_the_late_stream_goes_out_after_every_other_group() -> None:
+    from collections import OrderedDict
+
+    from tests.conftest import GroupScheduling
+
+    class Node:
+        def __init__(self) -> None:
+            self.sent: list[list[int]] = []
+
+        def send_runtest_some(self, indexes: list[int]) -> None:
+            self.sent.append(indexes)
+
+    groups = ["systemd-hosts-1", "systemd-hosts-2", "local-lab", LATE_GROUP, "tests/unit/a.py::t", "tests/unit/b.py::t"]
+    sched = object.__new__(GroupScheduling)   # the scheduler's own state, without an xdist session around it
+    sched.workqueue = OrderedDict((g, {f"{g}::{i}": False for i in range(2)}) for g in groups)
+    nodes = [Node() for _ in range(4)]
+    sched.assigned_work = {n: {} for n in nodes}
+    sched.registered_collections = {n: [t for g in groups for t in (f"{g}::0", f"{g}::1")] for n in nodes}
+    for n in nodes:                                   # the first hand-out: one group a worker, the late one held back
+        sched._assign_work_unit(n)
+    assert [next(iter(sched.assigned_work[n])) for n in nodes] == [*groups[:3], "tests/unit/a.py::t"]
+    sched._assign_work_unit(nodes[3])
+    assert list(sched.workqueue) == [LATE_GROUP]     # every other group is out
+    sched._assign_work_unit(nodes[2])
+    assert LATE_GROUP in sched.assigned_work[nodes[2]] and not sched.workqueue

@@ -7,15 +7,22 @@ seconds) and restarts the unit at that moment; past the deadline it restarts any
 requests it cut. Prints JSON: {"drained", "waited_s", "busy_at_restart", "stop_s", "restart_s", "slots"}; when
 the start fails, "start_failed" (systemd's result and exit status, the unit's journal since the start) instead of
 "restart_s", the same line on stderr, and exit status 1.
-A request that arrives between the last look and the stop finds the server stopping; the port answers again
-once the new process listens (the model-load window, measured by tests). Known gap (not closed yet): on a loaded
-host that look-to-SIGTERM gap (systemctl, D-Bus, PID 1) can outlast a busy client's pause between requests; a
-request begun in it is cut, and llama-server then holds it open until the unit's stop timeout (seen once beside a
-CPU hog: "stopping took 30.89 s").
+The stop is one signal: the look that finds every slot idle is followed at once by SIGTERM to the unit's main
+process (through a pidfd, from this process: no systemctl, D-Bus or PID 1 between them, which on a loaded host took
+longer than a busy client's pause between requests), then ``systemctl stop`` once it has exited. A request that
+arrives after that signal finds the port closing and is answered again once the new process listens (the
+model-load window, measured by tests). One that begins in the instant between the look and the signal is cut, and
+llama-server then holds it open instead of exiting; so when the process has not exited ``--grace`` seconds after
+the signal, ``systemctl stop`` sends the second SIGTERM (llama-server exits at once on a second signal) and the
+JSON says ``"stop_hung": true`` -- the deploy reports the cut instead of "idle", and the outage is ``--grace``
+seconds, not the unit's stop timeout.
 """
 
 import argparse
 import json
+import os
+import select
+import signal
 import subprocess
 import sys
 import time
@@ -87,6 +94,30 @@ def why_start_failed(unit: str, since: float) -> str:
             f"{props.get('ExecMainStatus', '?')} (code {props.get('ExecMainCode', '?')}); journal: {lines or 'empty'}")
 
 
+def main_pid(unit: str) -> int:
+    """The unit's main process id (0: none is running)."""
+    out = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit], capture_output=True, text=True,
+                         check=False).stdout.strip()
+    return int(out) if out.isdigit() else 0
+
+
+def open_pid(pid: int) -> int | None:
+    """A pidfd for ``pid`` (signals and exit waits that cannot reach a reused pid), None where there is none."""
+    try:
+        return os.pidfd_open(pid) if pid > 0 else None
+    except OSError:   # gone already, or a kernel without pidfds (before 5.3)
+        return None
+
+
+def terminate(pidfd: int, grace: float) -> bool:
+    """SIGTERM through ``pidfd``; True when the process exited within ``grace`` seconds."""
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    return bool(select.select([pidfd], [], [], grace)[0])   # a pidfd reads ready when its process has exited
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--unit", required=True)
@@ -94,6 +125,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--interval", type=float, default=0.05)
     ap.add_argument("--api-key-file")
+    ap.add_argument("--grace", type=float, default=10,
+                    help="seconds an idle server may take to exit after SIGTERM before a cut request is assumed")
     ap.add_argument("--action", choices=["restart", "stop"], default="restart")
     # An upgrade: the old build's connections must be gone from the port before the new build binds it. A
     # llama-server of one build cannot bind over connections another build closed that linger on the port
@@ -103,6 +136,7 @@ def main() -> int:
     ap.add_argument("--free-port-timeout", type=float, default=75)
     args = ap.parse_args()
     headers = {"Authorization": f"Bearer {read_key(args.api_key_file)}"} if args.api_key_file else {}
+    pidfd = open_pid(main_pid(args.unit))
     t0 = time.monotonic()
     deadline = t0 + args.timeout
     busy = busy_slots(args.url, headers)
@@ -112,6 +146,9 @@ def main() -> int:
         busy = busy_slots(args.url, headers)
     out.update(drained=not busy, waited_s=round(time.monotonic() - t0, 2), busy_at_restart=busy or 0)
     t1 = time.monotonic()
+    if pidfd is not None:
+        out["stop_hung"] = not terminate(pidfd, args.grace)
+        os.close(pidfd)
     subprocess.run(["systemctl", "stop", args.unit], check=True)
     out["stop_s"] = round(time.monotonic() - t1, 2)
     if args.free_port:

@@ -169,7 +169,8 @@ def main() -> int:
     st = unit_state(args.unit)
     restarts0 = int(st.get("NRestarts", "0") or 0)
     seen: list[str] = []
-    deadline = time.monotonic() + args.timeout
+    started = time.monotonic()
+    deadline = started + args.timeout
     last = ""
     while True:
         if st.get("InvocationID") and st["InvocationID"] not in seen:
@@ -187,7 +188,9 @@ def main() -> int:
                     return 0
         except (urllib.error.URLError, OSError) as exc:
             last = str(exc)
-        time.sleep(1)
+        # a small model answers a second or two after a restart: look every 0.25 s for the first 10 s, then every
+        # second (a large one loads for minutes; each look also asks systemd for the unit's state)
+        time.sleep(0.25 if time.monotonic() - started < 10 else 1)
         st = unit_state(args.unit)
     head = f"{args.unit} gave no healthy answer on {url} within {args.timeout:.0f}s{f' ({last})' if last else ''}"
     print(json.dumps({**failure(head, args.unit, seen, args.since), "url": url}))
