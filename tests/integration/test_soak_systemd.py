@@ -31,8 +31,8 @@ def test_soak_playbook_runs_a_transient_unit_with_faults_and_fetches_the_report(
     restarts_before = int(labhost.show("llama-server-speculative", "NRestarts"))
     run = lab.ansible_playbook(
         "playbooks/soak.yml", "-i", str(labhost.inventory), "-e", f"@{PROFILE}",
-        "-e", json.dumps({"soak_duration": 60, "soak_faults": "kill9,stop:3,restart", "soak_fault_first": 6,
-                          "soak_fault_interval": 12, "soak_max_tokens": 16, "soak_concurrency": 2,
+        "-e", json.dumps({"soak_duration": 45, "soak_faults": "kill9,stop:3,restart", "soak_fault_first": 5,
+                          "soak_fault_interval": 8, "soak_max_tokens": 16, "soak_concurrency": 2,
                           "soak_run_id": run_id, "soak_fetch_dir": str(tmp_path), "soak_poll": 5,
                           "soak_args": ["--bucket", "20", "--reference-interval", "10", "--fault-tail", "0",
                                         "--fault-count", "3", "--min-tps-ratio", "0"]}),
