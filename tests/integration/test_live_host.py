@@ -79,7 +79,7 @@ def test_the_gate_under_load_never_reverses_the_idle_verdict(live, labhost):
     with Stream(labhost) as stream:
         t0 = time.monotonic()
         run = deploy(labhost, "-e", "llama_server_speed_gate=fallback", "-e", "llama_server_speed_gate_refresh=true",
-                     "-e", "llama_server_speed_gate_idle_timeout=10")
+                     "-e", "llama_server_speed_gate_idle_timeout=5")
         seconds = time.monotonic() - t0
         stream.wait_ok(1, after=time.time())
     gate = line_after(run.text, "Speed gate - what it measured")

@@ -24,7 +24,7 @@ LEVELS = (1, 4)   # one slot, and several (2 proved nothing 4 does not; it cost 
 def test_short_saturation_soak(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "specops.cli", "saturate", "--llama-prefix", str(llama_build.prefix),
             "--target", str(smollm), "--draft", str(smollm), "--levels", ",".join(map(str, LEVELS)),
-            "--duration", "20s", "--phase", "5s", "--faults", "kill9", "--fault-every", "2", "--fault-at", "0.2",
+            "--duration", "16s", "--phase", "4s", "--faults", "kill9", "--fault-every", "2", "--fault-at", "0.2",
             "--max-tokens", "8", "--threads", "1", "--ctx-per-slot", "512", "--timeout", "300",
             "--report-dir", str(tmp_path / "reports"), "--run-id", "itest"]
     env = {**os.environ, "PYTHONPATH": str(SRC)}
