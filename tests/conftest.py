@@ -44,12 +44,13 @@ LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
 # The scheduler runs in the controller, which sees node ids only: a module is a systemd-host module when its text
 # marks anything ``pytest.mark.systemd``; collection refuses a test that uses the lab host in any other module.
 SYSTEMD_FIXTURES = frozenset({"labhost"})
-# The streams, sized by each module's time in a whole run (2e49a17, idle: first 710 s of tests, second 739 s, the
-# local lab and the fast tier done at ~370 s): these on the second, LATE_HOST's on the third, every other systemd
-# module (test_deploy, test_live_host, ...) on the first.
+# The streams, sized by each module's time in a whole run (9ad195e, idle: the first stream's 690 s, the second's
+# 719 s with test_monitoring_systemd last, the late one 326-670 s with test_tabbyapi_deploy last; the two then
+# changed places): these on the second, LATE_HOST's on the third, every other systemd module (test_deploy,
+# test_live_host, ...) on the first.
 SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integration/test_fleet.py",
-                         "tests/integration/test_monitoring_systemd.py"})
-LATE_HOST = frozenset({"tests/integration/test_soak_systemd.py", "tests/integration/test_tabbyapi_deploy.py",
+                         "tests/integration/test_tabbyapi_deploy.py"})
+LATE_HOST = frozenset({"tests/integration/test_monitoring_systemd.py", "tests/integration/test_soak_systemd.py",
                        "tests/integration/test_labhost.py"})
 LATE_GROUP = "systemd-hosts-3"
 SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")
