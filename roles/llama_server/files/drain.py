@@ -79,11 +79,16 @@ def wait_port_free(port: int, timeout: float, interval: float = 0.2) -> tuple[fl
     return round(time.monotonic() - t0, 2), sorted(set(first))
 
 
+def unit_props(unit: str, *names: str) -> dict[str, str]:
+    """``systemctl show`` of these properties of ``unit`` ({} where systemctl says nothing)."""
+    show = subprocess.run(["systemctl", "show", "-p", ",".join(names), unit], capture_output=True, text=True,
+                          check=False).stdout
+    return dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+
+
 def why_start_failed(unit: str, since: float) -> str:
     """One line: how systemd ended the start of ``unit`` (result, exit status) and its journal since ``since``."""
-    show = subprocess.run(["systemctl", "show", "-p", "Result,ExecMainCode,ExecMainStatus", unit],
-                          capture_output=True, text=True, check=False).stdout
-    props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+    props = unit_props(unit, "Result", "ExecMainCode", "ExecMainStatus")
     # the failed process's own line (e.g. the missing executable) can reach the journal after systemd's lines
     # about it (seen once under load): --sync stores everything logged so far before it is read
     subprocess.run(["journalctl", "--sync"], capture_output=True, text=True, check=False)
@@ -92,13 +97,6 @@ def why_start_failed(unit: str, since: float) -> str:
     lines = " | ".join(line.strip() for line in journal if line.strip())
     return (f"systemctl start {unit} failed: result {props.get('Result', '?')}, main process status "
             f"{props.get('ExecMainStatus', '?')} (code {props.get('ExecMainCode', '?')}); journal: {lines or 'empty'}")
-
-
-def main_pid(unit: str) -> int:
-    """The unit's main process id (0: none is running)."""
-    out = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit], capture_output=True, text=True,
-                         check=False).stdout.strip()
-    return int(out) if out.isdigit() else 0
 
 
 def open_pid(pid: int) -> int | None:
@@ -136,7 +134,8 @@ def main() -> int:
     ap.add_argument("--free-port-timeout", type=float, default=75)
     args = ap.parse_args()
     headers = {"Authorization": f"Bearer {read_key(args.api_key_file)}"} if args.api_key_file else {}
-    pidfd = open_pid(main_pid(args.unit))
+    main_pid = unit_props(args.unit, "MainPID").get("MainPID", "")
+    pidfd = open_pid(int(main_pid) if main_pid.isdigit() else 0)   # 0: none is running
     t0 = time.monotonic()
     deadline = t0 + args.timeout
     busy = busy_slots(args.url, headers)
