@@ -88,12 +88,17 @@ def unit_props(unit: str, *names: str) -> dict[str, str]:
 
 def why_start_failed(unit: str, since: float) -> str:
     """One line: how systemd ended the start of ``unit`` (result, exit status) and its journal since ``since``."""
-    props = unit_props(unit, "Result", "ExecMainCode", "ExecMainStatus")
+    props = unit_props(unit, "Id", "Result", "ExecMainCode", "ExecMainStatus")
+    name = props.get("Id") or unit   # the full name ("x.service") the journal fields carry
     # the failed process's own line (e.g. the missing executable) can reach the journal after systemd's lines
     # about it (seen once under load): --sync stores everything logged so far before it is read
     subprocess.run(["journalctl", "--sync"], capture_output=True, text=True, check=False)
-    journal = subprocess.run(["journalctl", "-u", unit, "--since", f"@{since:.0f}", "-n", "6", "-o", "cat",
-                              "--no-pager"], capture_output=True, text=True, check=False).stdout.split("\n")
+    # matched by the UNIT= field systemd writes into its lines and its forked child's (e.g. "Failed to locate
+    # executable"), not -u alone: -u takes a non-PID-1 line only with _SYSTEMD_UNIT, which journald derives from
+    # the sender's cgroup and leaves out when the child has exited before it reads the line (CI, under load)
+    journal = subprocess.run(["journalctl", "--since", f"@{int(since)}", "-n", "6", "-o", "cat", "--no-pager",
+                              f"_SYSTEMD_UNIT={name}", "+", f"UNIT={name}"],
+                             capture_output=True, text=True, check=False).stdout.split("\n")
     lines = " | ".join(line.strip() for line in journal if line.strip())
     return (f"systemctl start {unit} failed: result {props.get('Result', '?')}, main process status "
             f"{props.get('ExecMainStatus', '?')} (code {props.get('ExecMainCode', '?')}); journal: {lines or 'empty'}")
