@@ -11,12 +11,13 @@ import contextlib
 import logging
 import os
 import socket
+import struct
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,7 @@ from specops.exporter.config import ExporterConfig
 from specops.exporter.logfollow import FileFollower
 from specops.exporter.state import Scraper
 from specops.server import free_port
+from tests.unit.standin_http import StandInHTTPServer
 
 CAP = Path(__file__).resolve().parents[1] / "fixtures" / "llama-server-0c1e57098"
 
@@ -103,8 +105,7 @@ class FaultServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = StandInHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         # close() waits out one poll: 0.05 s, not the default 0.5 s (the fuzz starts a server per example)
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -124,6 +125,22 @@ def fault_server() -> Iterator[FaultServer]:
     server = FaultServer()
     yield server
     server.close()
+
+
+def test_a_client_resetting_its_kept_alive_connection_prints_nothing(fault_server, capsys):
+    """The stand-in's handler thread, waiting for the next request on a kept-alive connection, gets
+    ConnectionResetError when its client resets it: counted, not printed into whatever test runs then
+    (tests/unit/standin_http.py)."""
+    port = int(fault_server.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: stand-in\r\n\r\n")
+        assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close sends a reset
+    deadline = time.monotonic() + 10
+    while fault_server.httpd.hangups == 0:
+        assert time.monotonic() < deadline, "the reset never reached the handler thread"
+        time.sleep(0.01)
+    assert capsys.readouterr().err == ""
 
 
 def make_scraper(url: str, **kw: object) -> Scraper:

@@ -20,6 +20,8 @@ import jinja2
 import pytest
 import yaml
 
+from tests.unit.standin_http import StandInHTTPServer
+
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "loadbalancer"
 ADMIN = ROLE / "files" / "haproxy_admin.py"
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -33,9 +35,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Stand_in(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
+class Stand_in(StandInHTTPServer):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(("127.0.0.1", free_port()), Handler)
@@ -108,6 +108,7 @@ def balanced(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, Stand_in]]]:
         proc.wait(10)
         for s in stand_ins.values():
             s.shutdown()
+            s.server_close()
 
 
 def admin(sock: Path, server: str, *args: str) -> dict:
