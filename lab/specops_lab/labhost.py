@@ -568,6 +568,10 @@ class LabHost:
         ssh_dir.mkdir(mode=0o700, exist_ok=True)
         ssh_dir.chmod(0o700)
         write_text(ssh_dir / "authorized_keys", self.key.with_suffix(".pub").read_text(), 0o600)
+        # Ansible's modules run from zips, which Python compiles on every import: zipcache.py keeps the code
+        site = root / "usr" / "lib" / "python3" / "dist-packages"
+        write_text(site / "specops_lab_zipcache.py", (Path(__file__).parent / "zipcache.py").read_text())
+        write_text(site / "zz-specops-lab-zipcache.pth", "import specops_lab_zipcache\n")
 
     def _allocate(self, tarball: Path, peers: bool) -> State:
         taken: set[ipaddress.IPv4Network] = set()
