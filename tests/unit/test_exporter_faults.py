@@ -8,6 +8,7 @@ to fail in a given way.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import logging
 import os
 import socket
@@ -131,11 +132,14 @@ def test_a_client_resetting_its_kept_alive_connection_prints_nothing(fault_serve
     """The stand-in's handler thread, waiting for the next request on a kept-alive connection, gets
     ConnectionResetError when its client resets it: counted, not printed into whatever test runs then
     (tests/unit/standin_http.py)."""
-    port = int(fault_server.url.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port)) as conn:
-        conn.sendall(b"GET /health HTTP/1.1\r\nHost: stand-in\r\n\r\n")
-        assert conn.recv(65536).startswith(b"HTTP/1.1 200")
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close sends a reset
+    conn = http.client.HTTPConnection("127.0.0.1", int(fault_server.url.rsplit(":", 1)[1]), timeout=10)
+    conn.request("GET", "/health")
+    reply = conn.getresponse()
+    # the whole answer read: the handler has written its last byte and waits for the next request
+    assert reply.status == 200 and reply.read() == default_routes()["/health"].body
+    assert conn.sock is not None
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # its close sends a reset
+    conn.close()
     deadline = time.monotonic() + 10
     while fault_server.httpd.hangups == 0:
         assert time.monotonic() < deadline, "the reset never reached the handler thread"
