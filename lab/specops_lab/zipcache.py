@@ -13,7 +13,8 @@ import sys
 import zipimport
 
 _CACHE = os.path.join(os.environ.get("SPECOPS_LAB_PYC", "/var/cache/specops-lab-pyc"), sys.implementation.cache_tag)
-_compile = zipimport._compile_source
+# a Python without this private hook (not the lab's Debian 3.11) just compiles as before
+_compile = getattr(zipimport, "_compile_source", None)
 
 
 def _cached(pathname, source):
@@ -38,4 +39,5 @@ def _cached(pathname, source):
     return code
 
 
-zipimport._compile_source = _cached
+if _compile is not None:
+    zipimport._compile_source = _cached

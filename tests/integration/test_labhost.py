@@ -116,6 +116,12 @@ def test_ansible_reaches_it_over_ssh(labhost) -> None:
     assert re.search(r'ping"?: "?pong', ping.stdout), ping.stdout
     facts = labhost.ansible("llama_servers", "-m", "setup", "-a", "filter=ansible_service_mgr")
     assert re.search(r'ansible_service_mgr"?: "?systemd', facts.stdout), facts.stdout
+    # the modules' code, compiled from their zips, is kept (lab/specops_lab/zipcache.py): the ping and the
+    # setup module filled the cache, and python3 on the host starts with the hook and prints nothing
+    kept = labhost.run(["sh", "-c", "ls /var/cache/specops-lab-pyc/*/ | wc -l"]).stdout
+    assert int(kept) > 10, kept
+    hook = labhost.run(["python3", "-c", "import zipimport; print(zipimport._compile_source.__module__)"])
+    assert (hook.stdout, hook.stderr) == ("specops_lab_zipcache\n", ""), hook
 
 
 @pytest.mark.systemd
