@@ -37,7 +37,7 @@ def test_small_bench_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_p
     rc = main([
         "bench", "--llama-prefix", str(llama_build.prefix), "--target", str(smollm), "--draft", str(smollm),
         "--tasks", str(tasks), "--arms", "draft-n4,ngram-simple", "--max-tokens", "32", "--threads", "1",
-        "--ctx-size", "1024", "--ceiling-k", "1,2,3,5", "--ceiling-reps", "2", "--ceiling-depth", "32",
+        "--ctx-size", "1024", "--ceiling-k", "1,2,3,5", "--ceiling-reps", "5", "--ceiling-depth", "32",
         "--min-tasks", "2", "--slice", "0.2", "--work-dir", str(work), "--report", str(report),
         "--assets", str(assets), "--vars-file", str(vars_file), "--rule", "fastest", "--quiet",
     ])
@@ -49,6 +49,14 @@ def test_small_bench_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_p
     # the draft is the target itself: its step cost is ~1 target step on an idle host, but the two are timed one
     # after the other, so a neighbour's load can halve it (0.48 seen beside a lab-host bring-up); still pruned
     assert plan["pruned"]["draft-n4"]["draft_cost"] > 0
+    # The n-gram arm's ceiling (a free draft, extrapolated to draft length 48 from c(3)..c(5)) sits near the margin
+    # for SmolLM2 on these two cores: 1.33x and 16.6x in two idle suite runs, 1.0x in one run on a slowed machine
+    # (c(2) = 2.67 measured: its k=1 timing in a quiet moment, the rest under load). Five repetitions give llama-bench's
+    # timings a true median; a run that still prunes it must say so and run no speculative arm.
+    if "ngram-simple" in plan["pruned"]:
+        assert plan["design"]["arms"] == [], plan["design"]
+        assert "cannot pay on this host" in report.read_text()
+        return
     assert plan["design"]["arms"] == ["ngram-simple"]
     ceiling = raw["ceiling"]["target"]["default"]["relative"]
     assert set(ceiling) == {"1", "2", "3", "5"} and ceiling["1"] == 1.0
