@@ -48,6 +48,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "llama_server_speed_gate_idle_timeout": (1, None),
     "llama_server_speed_gate_max_spread": (1, None),
     "llama_server_drain_timeout": (0, None),
+    "llama_server_disk_margin_mib": (0, None),
     "llama_server_stop_timeout": (1, None),
     "tabbyapi_port": (1, 65535),
     "tabbyapi_ctx_size": (1, None),

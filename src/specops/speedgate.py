@@ -21,6 +21,7 @@ draft-model types, where every round drafts ``n_max`` tokens): one round costs `
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -178,3 +179,22 @@ def mode_from_fit(fit: Mapping[str, Any] | None) -> str:
                 if str(i["component"]).startswith("target") or i["component"] in ("runtime overhead", "prompt cache"))
     need = float(fit["needed_mib"]) + float(fit.get("margin_mib", 0)) + plain
     return SIDE_BY_SIDE if need <= float(fit["available_mib"]) else ONE_AFTER_THE_OTHER
+
+
+RECORD_VERDICTS = ("pays", "loses", "unproven", "not_measured")
+
+
+def read_record(text: str | None, path: str) -> tuple[dict[str, Any], str]:
+    """The record a deploy kept at ``path`` ({} when there is none) and, when the file is not a record, why
+    (one line naming the file: the deploy then measures again and replaces it, saying so)."""
+    if text is None:
+        return {}, ""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return {}, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    if not isinstance(data, dict):
+        return {}, f"{path} holds a JSON {type(data).__name__}, not a speed-gate record"
+    if data.get("verdict") not in RECORD_VERDICTS:
+        return {}, f"{path} has verdict {data.get('verdict')!r}, none of {', '.join(RECORD_VERDICTS)}"
+    return data, ""

@@ -129,8 +129,10 @@ def test_install_then_idempotent(lab: dict[str, Any]) -> None:
     host = lab["host_dir"]
     assert stat.S_IMODE(host.stat().st_mode) == 0o755
     names = sorted(p.name for p in host.iterdir())
-    assert names == ["SmolLM2-135M-Instruct.Q4_1.gguf", "synth-draft.gguf", "synth-target.gguf"]
-    for p in host.iterdir():
+    # .incoming: where Ansible's copies arrive (root only, emptied of what an interrupted copy left)
+    assert names == [".incoming", "SmolLM2-135M-Instruct.Q4_1.gguf", "synth-draft.gguf", "synth-target.gguf"]
+    assert stat.S_IMODE((host / ".incoming").stat().st_mode) == 0o700 and not list((host / ".incoming").iterdir())
+    for p in host.glob("*.gguf"):
         assert stat.S_IMODE(p.stat().st_mode) == 0o644
     assert (
         sha(host / "SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -1,0 +1,97 @@
+"""Does the deploy have room on the host: disk for the models and the build, a context the models were trained for.
+
+Both are checked in deploy.yml's first play, before anything is built, copied or restarted, each problem one line
+naming the variable, the figures and the fix:
+
+- **disk**: every file the deploy will write (each model not already on the host at its size, the build), grouped
+  by the filesystem that receives it (from the host's ``disk_facts.py``), against that filesystem's free space
+  less a margin. Ansible copies a model through a temporary directory: the models role keeps that directory on
+  the models' own filesystem, so each model needs its size once there.
+- **context**: each slot's context (``ctx_size / parallel``; the whole ``ctx_size`` with one slot) against the
+  training context (``<arch>.context_length``) in the target's and draft's GGUF headers. llama.cpp only logs
+  "possible training context overflow" and serves text that degrades past it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MIB = 1 << 20
+
+# What a build adds on the host (the unpacked install and its .tar.gz on the way), by backend: upper estimates
+# (a CPU install of the pinned tree is ~60 MiB; the GPU ones carry their runtime libraries).
+BUILD_ESTIMATE_MIB = {"cpu": 150, "metal": 150, "vulkan": 250, "opencl": 250, "cuda": 2500, "hip": 2500,
+                      "rocm": 2500, "sycl": 2500, "musa": 2500}
+
+ALLOW_CTX = "llama_server_allow_ctx_beyond_training"
+
+
+def _mib(n: float) -> str:
+    return f"{n / MIB:,.0f} MiB"
+
+
+def disk_problems(host: str, facts: dict[str, Any], margin_mib: int) -> list[str]:
+    """One line per filesystem that cannot take what the deploy writes there (``facts`` from disk_facts.py)."""
+    by_fs: dict[Any, dict[str, Any]] = {}
+    for item in facts.get("items", []):
+        item = {**item, "size": int(item["size"]), "free": int(item["free"])}
+        if item.get("present_size") == item["size"]:
+            continue                      # already there at its size: the copy is skipped
+        fs = by_fs.setdefault(item["dev"], {"mount": item["mount"], "free": item["free"], "items": [],
+                                            "dirs": set()})
+        fs["items"].append(item)
+        fs["dirs"].add(item["variable"])
+    problems = []
+    margin = margin_mib * MIB
+    for fs in by_fs.values():
+        need = sum(i["size"] for i in fs["items"])
+        if need + margin <= fs["free"]:
+            continue
+        parts = " + ".join(f"{i['what']} {_mib(i['size'])}" for i in fs["items"])
+        names = " or ".join(sorted(fs["dirs"]))
+        problems.append(
+            f"{names}: not enough disk on {host}: the filesystem at {fs['mount']} has {_mib(fs['free'])} free and "
+            f"this deploy writes {_mib(need)} there ({parts}) + llama_server_disk_margin_mib {margin_mib}; free "
+            f"{_mib(need + margin - fs['free'])} there or point {names} at a larger filesystem (nothing was copied)")
+    return problems
+
+
+@dataclass(frozen=True)
+class Trained:
+    role: str       # target | draft
+    path: str
+    arch: str
+    context_length: int
+
+
+def trained(role: str, path: str | Path) -> Trained:
+    from specops.ggufmeta import read  # gguf + numpy: only when asked
+
+    info = read(path, check_data=False)
+    return Trained(role, str(path), info.arch, int(info.arch_get("context_length", 0) or 0))
+
+
+def per_slot(ctx_size: int, parallel: int, train: int) -> int:
+    """The context each slot gets: ctx_size 0 is the model's own (training) context."""
+    total = ctx_size or train
+    return total // max(1, parallel)
+
+
+def context_problems(ctx_size: int, parallel: int, models: list[Trained]) -> list[str]:
+    """One line per model whose training context is shorter than a slot's context."""
+    problems = []
+    for m in models:
+        if m.context_length <= 0 or not ctx_size:
+            continue
+        slot = per_slot(ctx_size, parallel, m.context_length)
+        if slot > m.context_length:
+            how = f"{ctx_size} / llama_server_parallel {parallel} = {slot} per slot" if parallel > 1 else str(ctx_size)
+            problems.append(
+                f"llama_server_ctx_size={ctx_size}: each slot gets {how} tokens of context, but the {m.role} "
+                f"{Path(m.path).name} ({m.arch}) was trained for {m.context_length} "
+                f"({m.arch}.context_length): past it llama.cpp only logs 'possible training context overflow' and "
+                f"the text degrades. Set llama_server_ctx_size <= {m.context_length * max(1, parallel)}, or "
+                f"{ALLOW_CTX}: true to serve it anyway (warned on every deploy)")
+    return problems
