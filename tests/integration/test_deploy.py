@@ -125,10 +125,14 @@ def test_speed_gate_falls_back_to_plain_decoding_when_speculation_loses(deployed
     # On a starved host (a CPU hog beside the suite) a completion can outlast the probe's timeout: then no verdict
     # is possible and the gate says so ("unproven"), which falls back to plain decoding all the same.
     assert rec["verdict"] in ("loses", "unproven") and rec["serving"] == "plain", rec
+    # the record names the unit that runs now: the plain-decoding one
+    installed = lab.file_sha(labhost, f"/etc/systemd/system/{UNIT}.service")
+    assert rec["installed_unit_sha256"] == installed and rec["unit_file"] == f"/etc/systemd/system/{UNIT}.service"
     if warned["verdict"] == "loses":  # the warn mode's verdict, kept: nothing measured, the record follows
         assert "This unit lost the speed gate before" in run.text and "Speed gate - probe" not in run.text, \
             run.text[-3000:]
-        assert rec == warned | {"serving": "plain", "action": "fallback"}, (warned, rec)
+        assert rec == warned | {"serving": "plain", "action": "fallback", "installed_unit_sha256": installed}, \
+            (warned, rec)
     elif rec["verdict"] == "loses":
         assert "SPECULATION LOSES on this host" in run.text and "now serves plain decoding" in run.text, \
             run.text[-3000:]
