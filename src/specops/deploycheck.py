@@ -16,6 +16,8 @@ import re
 import stat
 from typing import Any
 
+from specops.knobs import knob
+from specops.knobs import ranges as knob_ranges
 from specops.unitfile import UnitValueError, absolute_path, executable, memory_size, plain_name, representable
 
 _INT = re.compile(r"[+-]?\d+\Z")
@@ -23,22 +25,11 @@ _FLOAT = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\Z")
 _TRUE = {"true", "yes", "on", "1", "y", "t"}
 _FALSE = {"false", "no", "off", "0", "n", "f"}
 
-# lowest allowed value (and highest, when there is one) of the numeric settings
-RANGES: dict[str, tuple[float, float | None]] = {
-    "llama_server_port": (1, 65535),
-    "llama_server_baseline_port": (1, 65535),
-    "llama_server_parallel": (1, None),
-    "llama_server_ctx_size": (0, None),
-    "llama_server_draft_n_max": (0, None),
-    "llama_server_draft_n_min": (0, None),
-    "llama_server_draft_p_min": (0, 1),
-    "llama_server_draft_threads": (1, None),
-    "llama_server_threads": (1, None),
-    "llama_server_threads_batch": (1, None),
-    "llama_server_ngram_size_n": (1, None),
-    "llama_server_ngram_size_m": (1, None),
-    "llama_server_ngram_min_hits": (1, None),
-    "llama_server_cache_ram_mib": (-1, None),
+# lowest allowed value (and highest, when there is one) of the numeric settings: the llama-server settings'
+# from the knob table (each knob's low/high), the role's own settings and TabbyAPI's here
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    **{knob(name).role_var: bounds for name, bounds in knob_ranges().items() if knob(name).role},
+    "llama_server_baseline_port": knob("port").low_high,
     "llama_server_health_timeout": (1, None),
     "llama_server_busy_probe_timeout": (1, None),
     "llama_server_probe_tokens": (1, None),

@@ -58,6 +58,8 @@ class Knob:
     bench: bool = False  # specops bench tunes it: its recommendation writes llama_server_<name>
     role: bool = True  # roles/llama_server exposes it as llama_server_<name>
     llama_bench: str | None = None  # llama-bench's spelling of the same setting
+    low: float | None = None  # the smallest value llama-server takes (None: no bound); checked at preflight
+    high: float | None = None  # the largest
 
     def spellings(self, era: str = SPEC) -> tuple[str, ...]:
         """The spellings to try, preferred first, on a build of ``era``."""
@@ -75,6 +77,10 @@ class Knob:
         "-fa on -ctv q8_0"."""
         spellings = self.spellings(era)
         return min((f for f in spellings if not f.startswith("--")), key=len, default=spellings[0])
+
+    @property
+    def low_high(self) -> tuple[float | None, float | None]:
+        return (self.low, self.high)
 
     def for_spec_type(self, spec_type: str) -> str | None:
         return dict(self.per_spec_type).get(spec_type)
@@ -127,46 +133,47 @@ KNOBS: tuple[Knob, ...] = (
     Knob("draft_n_max", "int", "max drafted tokens per step (see reports/speculative_benchmark.md)",
          ("--spec-draft-n-max",), legacy=("--draft-max", "--draft"), aliases=("--draft-n",),
          per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-max"), ("ngram-cache", "--spec-draft-n-max")),
-         default=2, llama_default=3, fit=True, bench=True),
+         default=2, llama_default=3, fit=True, bench=True, low=0),
     Knob("draft_n_min", "int", "min drafted tokens per step", ("--spec-draft-n-min",),
          legacy=("--draft-min",), aliases=("--draft-n-min",),
-         per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-min"),), llama_default=0, bench=True),
+         per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-min"),), llama_default=0, bench=True, low=0),
     Knob("draft_p_min", "float", "min draft probability (0..1; legacy builds default to 0.8)",
-         ("--spec-draft-p-min", "--draft-p-min"), legacy=("--draft-p-min",), llama_default=0.0, bench=True),
+         ("--spec-draft-p-min", "--draft-p-min"), legacy=("--draft-p-min",), llama_default=0.0, bench=True,
+         low=0, high=1),
     Knob("draft_ngl", "raw", "draft layers on the GPU (a number, auto or all)",
          ("--spec-draft-ngl", "-ngld", "--gpu-layers-draft"), aliases=("--n-gpu-layers-draft",),
          llama_default="auto"),
     Knob("draft_threads", "int", "draft model threads (llama.cpp: same as threads)",
-         ("--spec-draft-threads", "-td", "--threads-draft"), bench=True),
+         ("--spec-draft-threads", "-td", "--threads-draft"), bench=True, low=1),
     Knob("draft_cache_type_k", "str", "draft KV cache type K", ("--spec-draft-type-k", "-ctkd"),
          aliases=("--cache-type-k-draft",), llama_default="f16", choices=CACHE_TYPES, fit=True),
     Knob("draft_cache_type_v", "str", "draft KV cache type V", ("--spec-draft-type-v", "-ctvd"),
          aliases=("--cache-type-v-draft",), llama_default="f16", choices=CACHE_TYPES, fit=True),
     Knob("ngram_size_n", "int", "n-gram size N (ngram-mod: its match length)",
          per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-match"), *_ngram("size-n")),
-         aliases=("--spec-ngram-size-n",)),
+         aliases=("--spec-ngram-size-n",), low=1),
     Knob("ngram_size_m", "int", "n-gram size M (drafted m-gram)", per_spec_type=_ngram("size-m"),
-         aliases=("--spec-ngram-size-m",)),
+         aliases=("--spec-ngram-size-m",), low=1),
     Knob("ngram_min_hits", "int", "n-gram min hits", per_spec_type=_ngram("min-hits"),
-         aliases=("--spec-ngram-min-hits",), llama_default=1),
+         aliases=("--spec-ngram-min-hits",), llama_default=1, low=1),
     # ---- server --------------------------------------------------------------------------------------
     Knob("host", "str", "listen address", ("--host",), default="127.0.0.1", llama_default="127.0.0.1"),
     Knob("port", "int", "listen port (always passed: newer builds moved the default)", ("--port",),
-         default=8080, llama_default=8080),
+         default=8080, llama_default=8080, low=1, high=65535),
     Knob("ctx_size", "int", "total context over all slots (0 = the model's)", ("--ctx-size", "-c"),
-         default=4096, llama_default=0, fit=True),
-    Knob("parallel", "int", "server slots", ("--parallel", "-np"), default=1, llama_default=-1, fit=True),
+         default=4096, llama_default=0, fit=True, low=0),
+    Knob("parallel", "int", "server slots", ("--parallel", "-np"), default=1, llama_default=-1, fit=True, low=1),
     Knob("ubatch_size", "int", "physical batch size (the compute buffers scale with it)",
-         ("--ubatch-size", "-ub"), llama_default=512, fit=True, role=False),
+         ("--ubatch-size", "-ub"), llama_default=512, fit=True, role=False, low=1),
     Knob("kv_unified", "bool", "one KV buffer shared by all slots (llama.cpp: only when the slots are auto)",
          ("--kv-unified", "-kvu"), off_flags=("--no-kv-unified", "-no-kvu"), llama_default=False, fit=True,
          role=False),
     Knob("ngl", "raw", "target layers on the GPU (a number, auto or all)",
          ("--gpu-layers", "-ngl", "--n-gpu-layers"), llama_default="auto"),
     Knob("threads", "int", "generation threads", ("--threads", "-t"), llama_default=-1, bench=True,
-         llama_bench="-t"),
+         llama_bench="-t", low=1),
     Knob("threads_batch", "int", "prompt-processing threads (llama.cpp: same as threads)",
-         ("--threads-batch", "-tb")),
+         ("--threads-batch", "-tb"), low=1),
     Knob("flash_attn", "str", "flash attention; with cache_type_v q8_0: byte-identical greedy output on CPU",
          ("--flash-attn", "-fa"), default="on", llama_default="auto", choices=FLASH_ATTN, fit=True, bench=True,
          llama_bench="-fa"),
@@ -177,7 +184,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("repack", "bool", "CPU weight repacking; false adds the off flag", ("--repack",),
          off_flags=("--no-repack", "-nr"), llama_default=True, bench=True, llama_bench="--repack"),
     Knob("cache_ram_mib", "int", "MiB of host RAM the prompt cache may fill, counted by the memory fit "
-         "(0 disables, -1 unbounded)", ("--cache-ram", "-cram"), default=1024, llama_default=8192, fit=True),
+         "(0 disables, -1 unbounded)", ("--cache-ram", "-cram"), default=1024, llama_default=8192, fit=True, low=-1),
     Knob("metrics", "bool", "the /metrics endpoint (always on: the exporter and the proof read it)",
          ("--metrics",), default=True, llama_default=False, role=False),
     Knob("slots", "bool", "the /slots endpoint, where the build has the flag", ("--slots",),
@@ -202,6 +209,11 @@ def knob(name: str) -> Knob:
         return _BY_NAME[name]
     except KeyError:
         raise KeyError(f"no llama-server knob {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def ranges() -> dict[str, tuple[float | None, float | None]]:
+    """(low, high) of every knob with a bound, by knob name: the preflight's and the profile's range checks."""
+    return {k.name: (k.low, k.high) for k in KNOBS if k.low is not None or k.high is not None}
 
 
 def fit_knobs() -> tuple[Knob, ...]:

@@ -6,10 +6,11 @@ Profiles come from Ansible variables, YAML files or the bench harness. They are 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from specops.knobs import CACHE_TYPES, DRAFT_TYPES, FLASH_ATTN, NGRAM_TYPES, SPEC_TYPES
+from specops.knobs import CACHE_TYPES, DRAFT_TYPES, FLASH_ATTN, NGRAM_TYPES, SPEC_TYPES, knob, ranges
 
 __all__ = ["CACHE_TYPES", "DRAFT_TYPES", "NGRAM_TYPES", "SPEC_TYPES", "ProfileError", "ServerProfile"]
 
@@ -90,6 +91,23 @@ class ServerProfile:
     def speculative(self) -> bool:
         return self.effective_spec_type != "none"
 
+    def _check_ranges(self) -> None:
+        """Each bounded setting within its knob's low..high (the knob table's ranges, as the preflight checks)."""
+        for name, (low, high) in ranges().items():
+            value = getattr(self, name, None)
+            if value is None:
+                continue
+            whole = knob(name).type == "int"
+            if isinstance(value, str):   # a number written as text (a templated Ansible value): its number
+                with contextlib.suppress(ValueError):
+                    value = int(value) if whole else float(value)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not isinstance(value, int)):
+                raise ProfileError(f"{name} must be {'an integer' if whole else 'a number'}, got {value!r}")
+            if (low is not None and value < low) or (high is not None and value > high):
+                span = f"within {low:g}..{high:g}" if low is not None and high is not None else (
+                    f"at least {low:g}" if low is not None else f"at most {high:g}")
+                raise ProfileError(f"{name} must be {span}, got {value!r}")
+
     def validate(self) -> None:
         st = self.spec_type
         if st not in SPEC_TYPES:
@@ -102,23 +120,14 @@ class ServerProfile:
                 f"draft_model is set but spec_type is {eff}: the draft would be loaded and never used. "
                 "Use spec_type auto or draft-simple, or drop draft_model."
             )
-        for name in ("draft_n_max", "draft_n_min"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise ProfileError(f"{name} must be a non-negative integer, got {value!r}")
+        self._check_ranges()
         if self.draft_n_max is not None and self.draft_n_min is not None and self.draft_n_min > self.draft_n_max:
             raise ProfileError(f"draft_n_min ({self.draft_n_min}) > draft_n_max ({self.draft_n_max})")
-        if self.draft_p_min is not None and not 0.0 <= float(self.draft_p_min) <= 1.0:
-            raise ProfileError(f"draft_p_min must be within 0..1, got {self.draft_p_min}")
         if self.flash_attn is not None and self.flash_attn not in FLASH_ATTN:
             raise ProfileError(f"flash_attn must be on, off or auto, got {self.flash_attn!r}")
         for name in ("cache_type_k", "cache_type_v", "draft_cache_type_k", "draft_cache_type_v"):
             value = getattr(self, name)
             if value is not None and value not in CACHE_TYPES:
                 raise ProfileError(f"{name} {value!r} is not one of {', '.join(CACHE_TYPES)}")
-        if not 0 < int(self.port) < 65536:
-            raise ProfileError(f"port {self.port} is out of range")
-        if int(self.parallel) < 1 or int(self.ctx_size) < 0:
-            raise ProfileError("parallel must be >= 1 and ctx_size >= 0")
         if not isinstance(self.extra_args, list) or not all(isinstance(a, str) for a in self.extra_args):
             raise ProfileError("extra_args must be a list of strings")

@@ -265,3 +265,24 @@ def test_argument_specs_describe_no_setting_the_table_lacks() -> None:
     for var in role_specs():
         name = var.removeprefix("llama_server_")
         assert name not in known or var in role_vars, f"{var} is a knob the table keeps out of the role"
+
+
+def test_ranges_are_declared_once_in_the_table_and_both_checks_use_them() -> None:
+    """The preflight (deploycheck.RANGES) and the profile (ServerProfile.validate) take each llama-server setting's
+    bounds from its knob: one edit of a knob's low/high moves both (issue 41)."""
+    from specops.deploycheck import RANGES, check_inputs
+    from specops.knobs import knob, ranges
+    from specops.profile import ProfileError, ServerProfile
+
+    assert ranges()["draft_n_max"] == (0, None) and ranges()["draft_p_min"] == (0, 1)
+    for name, bounds in ranges().items():
+        k = knob(name)
+        if k.role:
+            assert RANGES[k.role_var] == bounds, name
+        low, high = bounds
+        bad = (low - 1) if low is not None else (high + 1)
+        with pytest.raises(ProfileError, match=rf"^{name} must be "):
+            ServerProfile.from_dict({"model": "/m.gguf", name: bad})
+    assert RANGES["llama_server_baseline_port"] == knob("port").low_high
+    [problem] = check_inputs({"llama_server_draft_p_min": 1.5}, {"llama_server_draft_p_min": {"type": "float"}})
+    assert problem.startswith("llama_server_draft_p_min=1.5: must be at most 1")
