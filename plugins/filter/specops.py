@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 try:
     import specops  # noqa: F401
@@ -33,7 +34,7 @@ from specops.buildopts import (
 from specops.capabilities import Capabilities, parse_help, parse_version
 from specops.deploycheck import check_host, check_inputs, is_loopback, verify_problems
 from specops.devices import device_problem
-from specops.knobs import knob
+from specops.knobs import KNOBS, knob
 from specops.profile import ProfileError, ServerProfile
 from specops.unitfile import (
     UnitValueError,
@@ -251,6 +252,19 @@ def specops_probe_summary(*args, **kwargs) -> dict:
     return summarize_probe(*args, **kwargs)
 
 
+def specops_knob_vars(_: Any = None) -> list[str]:
+    """The role variables of every llama-server setting, in the knob table's order (``llama_server_<name>``)."""
+    return [k.role_var for k in KNOBS if k.role]
+
+
+def specops_knob_profile(values: list[Any]) -> dict[str, Any]:
+    """The profile (knob name -> value) from the values of :func:`specops_knob_vars`, in that order."""
+    names = [k.name for k in KNOBS if k.role]
+    if len(values) != len(names):
+        raise AnsibleFilterError(f"specops_knob_profile: {len(values)} values for {len(names)} settings")
+    return dict(zip(names, values, strict=True))
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -279,6 +293,8 @@ class FilterModule:
             "specops_device_problem": specops_device_problem,
             "specops_speed_gate": specops_speed_gate,
             "specops_knob_flags": specops_knob_flags,
+            "specops_knob_vars": specops_knob_vars,
+            "specops_knob_profile": specops_knob_profile,
             "specops_gate_mode": specops_gate_mode,
             "specops_upgrade_diff": specops_upgrade_diff,
         }

@@ -60,6 +60,7 @@ class Knob:
     llama_bench: str | None = None  # llama-bench's spelling of the same setting
     low: float | None = None  # the smallest value llama-server takes (None: no bound); checked at preflight
     high: float | None = None  # the largest
+    role_unset: object = None  # how the role writes "not set" when there is no default of ours (null, or '')
 
     def spellings(self, era: str = SPEC) -> tuple[str, ...]:
         """The spellings to try, preferred first, on a build of ``era``."""
@@ -140,6 +141,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("draft_p_min", "float", "min draft probability (0..1; legacy builds default to 0.8)",
          ("--spec-draft-p-min", "--draft-p-min"), legacy=("--draft-p-min",), llama_default=0.0, bench=True,
          low=0, high=1),
+    Knob("draft_p_split", "float", "draft tree split probability", ("--spec-draft-p-split", "--draft-p-split"),
+         legacy=(), llama_default=0.1, low=0, high=1),
     Knob("draft_ngl", "raw", "draft layers on the GPU (a number, auto or all)",
          ("--spec-draft-ngl", "-ngld", "--gpu-layers-draft"), aliases=("--n-gpu-layers-draft",),
          llama_default="auto"),
@@ -193,7 +196,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("api_key_file", "str", "API key file on the host: absolute, owned by root, not readable by group or "
          "others (preflight refuses anything else with the chown/chmod to run); the unit hands it over with "
          "LoadCredential=, so it stays root-only; read by the probes too, never logged",
-         ("--api-key-file",)),
+         ("--api-key-file",), role_unset=""),
     Knob("jinja", "bool", "adds the jinja flag when true (llama.cpp enables jinja by default here)",
          ("--jinja",), off_flags=("--no-jinja",), llama_default=True, role=False),
     Knob("extra_args", "list", "further arguments; each flag must exist in the build (removed or unknown "

@@ -35,6 +35,7 @@ class ServerProfile:
     draft_n_max: int | None = None
     draft_n_min: int | None = None
     draft_p_min: float | None = None
+    draft_p_split: float | None = None
     draft_ngl: int | str | None = None
     draft_threads: int | None = None
     draft_cache_type_k: str | None = None

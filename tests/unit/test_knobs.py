@@ -213,8 +213,7 @@ def test_role_readme_settings_table_is_the_generated_one() -> None:
     assert BEGIN in text and END in text, f"roles/llama_server/README.md needs the markers {BEGIN} ... {END}"
     section = text.split(BEGIN, 1)[1].split(END, 1)[0]
     assert section.strip() == markdown_table().strip(), (
-        "roles/llama_server/README.md is out of date: run `specops knobs --markdown --update "
-        "roles/llama_server/README.md`")
+        "roles/llama_server/README.md is out of date: run `specops knobs --update`")
 
 
 def test_markdown_table_has_one_row_per_knob() -> None:

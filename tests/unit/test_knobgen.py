@@ -1,0 +1,67 @@
+"""The role's copies of the knob table are written from it (specops.knobgen, `specops knobs --update`): the tree
+is current, and a new llama-server setting is one edit of the table plus a rerun (issue 41)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specops import knobgen, knobs
+from specops.knobs import KNOBS, Knob
+
+pytestmark = pytest.mark.fast
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "roles" / "llama_server"
+
+
+def test_the_role_copies_are_current():
+    stale = knobgen.update(ROLE, write=False)
+    assert stale == [], f"stale: {[str(p.relative_to(REPO)) for p in stale]}: run `specops knobs --update`"
+    out = subprocess.run([sys.executable, "-m", "specops.cli", "knobs", "--update", "--check"], cwd=REPO,
+                         capture_output=True, text=True)
+    assert (out.returncode, out.stdout) == (0, ""), out
+
+
+def test_each_copy_says_what_the_table_says():
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    for k in (k for k in KNOBS if k.role):
+        spec = specs[k.role_var]
+        assert spec["type"] == k.type and k.doc in " ".join(spec["description"].split()), k.name
+        if k.name in knobgen.COMPUTED:
+            assert "{{" in defaults[k.role_var] and "default" not in spec
+            continue
+        assert defaults[k.role_var] == (list(k.default) if isinstance(k.default, tuple) else knobgen.role_default(k))
+        if k.low is not None or k.high is not None:
+            assert knobgen.range_text(k) in " ".join(spec["description"].split()), k.name
+
+
+def test_a_new_setting_is_one_edit_of_the_table(tmp_path, monkeypatch):
+    role = tmp_path / "llama_server"
+    shutil.copytree(ROLE, role)
+    new = Knob("draft_demo", "int", "a demo setting", ("--spec-draft-demo",), default=7, llama_default=3, low=1)
+    monkeypatch.setattr(knobs, "KNOBS", (*KNOBS, new))
+    monkeypatch.setattr(knobgen, "KNOBS", (*KNOBS, new))
+    changed = knobgen.update(role)
+    assert sorted(p.name for p in changed) == ["README.md", "argument_specs.yml", "main.yml"]
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert defaults["llama_server_draft_demo"] == 7
+    assert specs["llama_server_draft_demo"] == {"type": "int", "default": 7,
+                                                "description": "a demo setting (llama.cpp: 3; >= 1)"}
+    assert "`llama_server_draft_demo` | `7` | `3` | `--spec-draft-demo`" in (role / "README.md").read_text()
+    assert knobgen.update(role) == []   # a rerun changes nothing
+    # and everything outside the markers is kept as written
+    outside = (ROLE / "defaults" / "main.yml").read_text().split(knobgen.YAML_END)[1]
+    assert (role / "defaults" / "main.yml").read_text().endswith(outside)
+
+
+def test_a_file_without_markers_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match="markers missing: add a line # BEGIN knobs"):
+        knobgen.replace_section("a: 1\n", "b: 2\n", knobgen.YAML_BEGIN, knobgen.YAML_END)
