@@ -37,7 +37,8 @@ class Panel:
 ROWS: list[tuple[str, list[Panel]]] = [
     ("At a glance", [
         Panel("llama-server up", [(f"llamacpp_up{{{SEL}}}", "{{instance}}")], "stat", width=4, height=4,
-              description="1 when the exporter could read llama-server's /metrics on its last pass."),
+              description="1 when the exporter could read llama-server's /metrics on its last pass. 0 with Healthy "
+              "1: often a refused API key (llamacpp_exporter_auth_refused, alert SpecopsExporterCannotAuthenticate)."),
         Panel("Healthy", [(f"llamacpp_healthy{{{SEL}}}", "{{instance}}")], "stat", width=4, height=4,
               description="/health said ok."),
         Panel("Restarts in range",
@@ -57,7 +58,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
     ]),
     ("Fleet", [
         Panel("llama.cpp builds serving",
-              [(f"count(count by (build_commit) (llamacpp_server_info{{{SEL}}}))", "builds")], "stat", width=4, height=6,
+              [(f"count(count by (build_commit) (llamacpp_server_info{{{SEL}}}))", "builds")], "stat", width=4,
+              height=6,
               description="Distinct llama.cpp builds among the selected hosts: 1 except during a rolling upgrade. "
               "Alert LlamaCppVersionSkew fires when more than one (of those the exporter can tell) serve for 30 "
               "minutes, longer than a rollout takes."),
@@ -156,6 +158,14 @@ ROWS: list[tuple[str, list[Panel]]] = [
               description="known 1: the exporter knows whether the server is meant to speculate (command line "
               "first, else /slots); 0: unknown (expected is then absent, never exported as off). Alert "
               "SpeculationStateUnknown fires after 10 minutes of 0."),
+        Panel("Speed-gate record",
+              [(f"specops_speed_gate_record_state{{{SEL}}} == 1", "{{instance}} {{state}}")], "table", width=12,
+              height=6, instant=True, no_value="No record path configured (--speed-gate-file)",
+              description="The deploy's speed-gate record per host: ok (written for the systemd unit that runs now), "
+              "missing, invalid (the exporter's journal says why) or stale (the unit changed since, or the record "
+              "names none). The speed-gate lines in the panels above exist only while it is ok and the gate "
+              "measured (pays or loses). Not ok: re-run the deploy; it rewrites the record "
+              "(alert SpecopsSpeedGateRecordBad after 15 minutes)."),
         Panel("Build, models and speculation settings", [(f"llamacpp_server_info{{{SEL}}}", "")], "table",
               width=24, height=6, instant=True),
         Panel("Series this engine cannot give", [(f"llamacpp_exporter_unsupported_series{{{SEL}}}", "")], "table",

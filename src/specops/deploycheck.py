@@ -372,21 +372,33 @@ def check_host(facts: dict[str, Any], host: str, key_file: str, ports: dict[str,
     if key_file:
         key = facts.get("key_file") or {}
         name = "llama_server_api_key_file"
+        # a symlink: its stat is the target's (the link's own lrwxrwxrwx means nothing), so the problem says it is
+        # one, names the target, and the fix acts on the target
+        target = key.get("target") if key.get("symlink") is not None else None
+        its = f"{key_file} (a symlink to {target}) is " if target else ""
+        fix = target or key_file
         if not key.get("exists"):
-            problems.append(f"{name}={key_file!r}: no such file on {host}; create it there (one key per line), "
-                            f"then run: chown root:root {key_file} && chmod 0600 {key_file}")
+            if target:
+                problems.append(f"{name}={key_file!r}: {key_file} (a symlink to {target}) points to no file on "
+                                f"{host}; create {target} (one key per line), then run: chown root:root {target} "
+                                f"&& chmod 0600 {target}")
+            else:
+                problems.append(f"{name}={key_file!r}: no such file on {host}; create it there (one key per line), "
+                                f"then run: chown root:root {key_file} && chmod 0600 {key_file}")
         elif not stat.S_ISREG(int(key.get("mode", 0))):
             kind = "a directory" if stat.S_ISDIR(int(key.get("mode", 0))) else "not a regular file"
-            problems.append(f"{name}={key_file!r}: {kind} on {host}; point it at the key file itself "
+            problems.append(f"{name}={key_file!r}: {its}{kind} on {host}; point it at the key file itself "
                             "(one key per line)")
         else:
             mode = int(key["mode"])
             if int(key.get("uid", -1)) != 0 or int(key.get("gid", -1)) != 0:
-                problems.append(f"{name}={key_file!r}: owned by uid {key.get('uid')} gid {key.get('gid')} on "
-                                f"{host}, not root; run: chown root:root {key_file}")
+                problems.append(f"{name}={key_file!r}: {its}owned by uid {key.get('uid')} gid {key.get('gid')} on "
+                                f"{host}, not root; run: chown root:root {fix}")
             if mode & 0o077:
-                problems.append(f"{name}={key_file!r}: mode {stat.S_IMODE(mode):04o} lets group or others read "
-                                f"the key on {host}; run: chmod 0600 {key_file}")
+                lets = (f"{its}mode {stat.S_IMODE(mode):04o} (the target's), which lets" if target
+                        else f"mode {stat.S_IMODE(mode):04o} lets")
+                problems.append(f"{name}={key_file!r}: {lets} group or others read the key on {host}; "
+                                f"run: chmod 0600 {fix}")
             problems += _key_content_problems(name, key_file, host, key)
     owners = facts.get("ports") or {}
     for name, port in ports.items():

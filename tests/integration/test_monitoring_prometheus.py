@@ -8,6 +8,7 @@ two-line script printing nvidia-smi's CSV for the server's PID, so the GPU panel
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -76,15 +77,23 @@ def test_every_dashboard_panel_has_data(start_server, smollm, tmp_path, processe
     fake_smi.chmod(0o755)
 
     # the record a deploy's speed gate leaves on a host (measured for real in test_deploy.py)
+    # (for the unit it names: a unit file here stands in for /etc/systemd/system's)
+    units = tmp_path / "units"
+    units.mkdir()
+    unit = units / "llama-server-speculative.service"
+    unit.write_text("[Service]\nExecStart=/bin/true\n")
     gate = tmp_path / "speed-gate.json"
-    gate.write_text(json.dumps({"plain_tps": 40.0, "speculative_tps": 31.0, "ratio": 0.78, "min_ratio": 1.0,
+    gate.write_text(json.dumps({"unit_file": str(unit),
+                                "installed_unit_sha256": hashlib.sha256(unit.read_bytes()).hexdigest(),
+                                "plain_tps": 40.0, "speculative_tps": 31.0, "ratio": 0.78, "min_ratio": 1.0,
                                 "break_even_acceptance": 1.2, "verdict": "loses", "action": "warn",
                                 "serving": "speculative", "spec_type": "draft-simple", "mode": "side by side",
                                 "measured_at": "2026-11-23T00:00:00Z", "build_id": "test"}))
     exporter_port = free_port()
     processes.start([sys.executable, "-m", "specops.cli", "exporter", "--server-url", server.base_url,
                      "--listen-port", str(exporter_port), "--interval", "1", "--nvidia-smi", str(fake_smi),
-                     "--gpu-interval", "1", "--speed-gate-file", str(gate)], tmp_path / "exporter.log")
+                     "--gpu-interval", "1", "--speed-gate-file", str(gate), "--speed-gate-unit-dir", str(units)],
+                    tmp_path / "exporter.log")
     prom_port = free_port()
     prom = f"http://127.0.0.1:{prom_port}"
     processes.start(["prometheus", f"--config.file={prometheus_config(tmp_path, exporter_port)}",

@@ -28,6 +28,8 @@ from tests.lab import Stream
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
 LOCK = "/run/specops/deploy.lock"
+KEY_DIR = "/etc/specops-faults-test"
+KEY = "operator-faults-key-0123456789"
 RECORD = "/etc/specops/speed-gate.json"
 SMALL = "/srv/specops-small"
 ROWS: list[tuple[str, str, float, str]] = []
@@ -114,7 +116,8 @@ def serving(labhost, llama_build):
     run, _ = deploy(labhost, "llama_server_ctx_size=2048")
     assert run.rc == 0, run.output[-6000:]
     assert holder(labhost) is None, "a finished deploy released its lock"
-    with Stream(labhost, tokens=32, pause=lab.PACED) as stream:
+    # the client sends the key the auth case sets (a server without one ignores it)
+    with Stream(labhost, tokens=32, pause=lab.PACED, headers={"Authorization": f"Bearer {KEY}"}) as stream:
         yield stream
     for r in ROWS:
         print(f"| {r[0]} | `{r[1]}` | {r[2]:.1f} s | {r[3]} |")
@@ -218,3 +221,82 @@ def test_an_invalid_speed_gate_record_is_named_and_replaced_by_one_for_the_runni
     assert again.rc == 0 and again.recap(labhost.name).get("changed") == 0, again.output[-4000:]
     assert json.loads(labhost.run(["cat", RECORD]).stdout) == record
     row("speed-gate record cut short", m.group(1), s, serving, since)
+
+
+def exporter_metrics(labhost) -> str:
+    code = ("import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9840/metrics',timeout=20)"
+            ".read().decode())")
+    return labhost.run(["python3", "-c", code], timeout=60).stdout
+
+
+def record_state(labhost) -> str:
+    """The exporter's one-hot specops_speed_gate_record_state, read from the exporter the deploy installed."""
+    text = exporter_metrics(labhost)
+    on = re.findall(r'^specops_speed_gate_record_state\{[^}]*state="(\w+)"[^}]*\} 1(?:\.0)?$', text, re.M)
+    assert len(on) == 1, [ln for ln in text.splitlines() if "speed_gate" in ln]
+    return on[0]
+
+
+def wait_state(labhost, want: str, timeout: float = 60) -> float:
+    t0 = time.monotonic()
+    while (got := record_state(labhost)) != want:
+        assert time.monotonic() - t0 < timeout, f"the exporter still says {got!r}, not {want!r}, after {timeout} s"
+        time.sleep(0.5)
+    return time.monotonic() - t0
+
+
+def test_the_exporter_says_whether_the_record_belongs_to_the_running_unit(serving, labhost):
+    """ok for the record the deploy wrote; missing, invalid, stale (another unit's checksum) when it is broken on
+    the host -- never the series of a record that does not describe what runs."""
+    run, _ = deploy(labhost, "specops_exporter_enabled=true")
+    assert run.rc == 0, run.output[-6000:]
+    good = labhost.run(["cat", RECORD]).stdout
+    since = time.time()
+    try:
+        wait_state(labhost, "ok")
+        labhost.run(["rm", RECORD])
+        s = wait_state(labhost, "missing")
+        row("record deleted on the host", 'specops_speed_gate_record_state{state="missing"} 1', s, serving, since)
+        labhost.run(["sh", "-c", f"echo '{{not json' > {RECORD}"])
+        s = wait_state(labhost, "invalid")
+        row("record overwritten with garbage", 'specops_speed_gate_record_state{state="invalid"} 1', s, serving, since)
+        other = {**json.loads(good), "installed_unit_sha256": "0" * 64, "verdict": "loses", "ratio": 0.6,
+                 "plain_tps": 10.0, "speculative_tps": 6.0, "serving": "plain", "action": "fallback"}
+        labhost.run(["sh", "-c", f"cat > {RECORD}"], input=json.dumps(other))
+        s = wait_state(labhost, "stale")
+        text = exporter_metrics(labhost)
+        assert "specops_speed_gate_info" not in text and "specops_speed_gate_ratio" not in text, text
+        row("record of another unit (serving plain, fallback)", 'specops_speed_gate_record_state{state="stale"} 1, '
+            "no specops_speed_gate_info", s, serving, since)
+    finally:
+        labhost.run(["sh", "-c", f"cat > {RECORD}"], input=good)
+    wait_state(labhost, "ok")
+
+
+def sample(text: str, name: str) -> float | None:
+    m = re.search(rf"^{re.escape(name)} ([-+\deE.naif]+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_a_wrong_key_in_the_exporter_reads_as_auth_not_down(serving, labhost):
+    """A keyed server and an exporter holding another key: the errors are kind auth, llamacpp_up 0 while
+    llamacpp_healthy is 1 and llamacpp_exporter_auth_refused is 1 -- the input of SpecopsExporterCannotAuthenticate,
+    and LlamaServerDown's exception (both rules tested with promtool, configs/prometheus/tests)."""
+    labhost.run(["sh", "-c", f'mkdir -p {KEY_DIR}; umask 077; printf "%s\\n" "$1" > {KEY_DIR}/server-key;'
+                 f' printf "%s\\n" wrong-key > {KEY_DIR}/exporter-key', "sh", KEY])
+    since = time.time()
+    run, s = deploy(labhost, "specops_exporter_enabled=true", f"llama_server_api_key_file={KEY_DIR}/server-key",
+                    f"exporter_api_key_file={KEY_DIR}/exporter-key")
+    assert run.rc == 0, run.output[-6000:]
+    deadline = time.monotonic() + 120
+    while True:
+        text = exporter_metrics(labhost)
+        auth = sample(text, 'specops_exporter_scrape_errors_total{endpoint="metrics",kind="auth"}')
+        if auth and auth > 0 and sample(text, "llamacpp_exporter_auth_refused") == 1:
+            break
+        assert time.monotonic() < deadline, [ln for ln in text.splitlines() if "auth" in ln or "_up" in ln]
+        time.sleep(1)
+    assert sample(text, "llamacpp_up") == 0 and sample(text, "llamacpp_healthy") == 1, text
+    row("exporter holding a wrong API key", f"kind=auth errors {auth:g}, llamacpp_exporter_auth_refused 1, "
+        "llamacpp_up 0, llamacpp_healthy 1", s, serving, since)
+    assert [r for r in serving.failures if r["end"] >= since] == []   # the client holds the right key

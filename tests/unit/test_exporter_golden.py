@@ -18,6 +18,8 @@ Without that variable a difference, or a missing golden file, fails the test.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -29,6 +31,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from specops.exporter import state as state_module
 from specops.exporter.collector import SpecopsCollector
+from specops.exporter.fetch import http_error
 from specops.exporter.logline import LogAcceptance
 from specops.exporter.process import PidInfo, ProcessStats
 from specops.exporter.state import Scraper
@@ -54,10 +57,16 @@ BASE_METRICS = (CAP / "base_metrics.txt").read_text()
 INTERVAL = 5.0
 
 StateFn = Callable[[pytest.MonkeyPatch], Scraper]
-STATES: dict[str, StateFn] = {}
+FileStateFn = Callable[[pytest.MonkeyPatch, Path], Scraper]  # a state with files of its own (in a tmp dir)
+STATES: dict[str, FileStateFn] = {}
 
 
 def state(fn: StateFn) -> StateFn:
+    STATES[fn.__name__.removeprefix("state_")] = lambda mp, tmp: fn(mp)
+    return fn
+
+
+def file_state(fn: FileStateFn) -> FileStateFn:
     STATES[fn.__name__.removeprefix("state_")] = fn
     return fn
 
@@ -309,6 +318,88 @@ def state_window_gone_stale(mp: pytest.MonkeyPatch) -> Scraper:
     return s
 
 
+@state
+def state_api_key_refused(mp: pytest.MonkeyPatch) -> Scraper:
+    """Issue 40: a keyed llama-server and an exporter holding a wrong key. /health needs no key (healthy 1); /metrics,
+    /slots and /props answer 401: up 0 (the exporter cannot read the server), auth_refused 1, errors of kind auth."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    for path in ("/metrics", "/slots", "/props"):
+        f.routes[path] = http_error(path, 401, api_key=True)
+    return passes(fake_scraper(f, clock), clock, 2)
+
+
+# ---- the deploy's speed-gate record (--speed-gate-file) ------------------------------------------------------
+# The record names the unit it was written for (unit_file, installed_unit_sha256); the exporter checks it against
+# the unit file on disk. Here the "systemd" directory is a tmp dir (the exporter only accepts unit files under it);
+# the record's mtime is fixed, so the expositions do not depend on where or when the test runs.
+UNIT = "[Service]\nExecStart=/opt/llama.cpp/bin/llama-server --port 8080 -md /srv/d.gguf --spec-type draft-simple\n"
+GATE_MTIME = 1_759_996_400.0
+
+
+def gate_record(**kw: object) -> dict[str, object]:
+    return {"plain_tps": 15.1, "speculative_tps": 9.1, "ratio": 0.6, "min_ratio": 1.0, "break_even_acceptance": 1.3,
+            "verdict": "loses", "action": "warn", "serving": "speculative", "spec_type": "draft-simple",
+            "mode": "side by side", "measured_at": "2026-11-23T14:00:00Z", "build_id": "0c1e57098-cpu", **kw}
+
+
+def gate_scraper(tmp: Path, record: dict[str, object] | str | None, unit_text: str = UNIT) -> Scraper:
+    """One pass of the speculating server's captures, with ``record`` (JSON text as is, None: no file) at the
+    configured speed-gate path, naming the unit written with ``unit_text``."""
+    units = tmp / "systemd" / "system"
+    units.mkdir(parents=True, exist_ok=True)
+    unit = units / "llama-server-speculative.service"
+    unit.write_text(unit_text)
+    path = tmp / "speed-gate.json"
+    path.unlink(missing_ok=True)
+    if record is not None:
+        path.write_text(record if isinstance(record, str) else json.dumps(record))
+        os.utime(path, (GATE_MTIME, GATE_MTIME))
+    clock = FakeClock()
+    s = fake_scraper(FakeFetcher(), clock, speed_gate_file=str(path), speed_gate_unit_dirs=(str(units),))
+    return passes(s, clock)
+
+
+def for_unit(tmp: Path, text: str = UNIT) -> dict[str, str]:
+    """The fields the deploy writes: the installed unit file and the sha256 of ``text``."""
+    return {"unit_file": str(tmp / "systemd" / "system" / "llama-server-speculative.service"),
+            "installed_unit_sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+@file_state
+def state_speed_gate_ok(mp: pytest.MonkeyPatch, tmp: Path) -> Scraper:
+    """A measured record (loses, kept with warn) for the unit on disk: state ok, the figures and the info."""
+    return gate_scraper(tmp, gate_record(**for_unit(tmp)))
+
+
+@file_state
+def state_speed_gate_not_measured(mp: pytest.MonkeyPatch, tmp: Path) -> Scraper:
+    """The gate was off: a not_measured record for the unit on disk is ok, and has no figures to export."""
+    record = {"verdict": "not_measured", "action": "off", "serving": "speculative", "spec_type": "draft-simple",
+              "build_id": "0c1e57098-cpu", **for_unit(tmp)}
+    return gate_scraper(tmp, record)
+
+
+@file_state
+def state_speed_gate_missing(mp: pytest.MonkeyPatch, tmp: Path) -> Scraper:
+    """The record was deleted: state missing, no figures."""
+    return gate_scraper(tmp, None)
+
+
+@file_state
+def state_speed_gate_invalid(mp: pytest.MonkeyPatch, tmp: Path) -> Scraper:
+    """The record is not JSON: state invalid, no figures."""
+    return gate_scraper(tmp, '{"verdict": "pays", ')
+
+
+@file_state
+def state_speed_gate_stale(mp: pytest.MonkeyPatch, tmp: Path) -> Scraper:
+    """Issue 40: a fallback's record (serving plain) while the unit on disk was changed since (it speculates
+    again): state stale, and neither the figures nor the old verdict."""
+    plain = UNIT.replace(" -md /srv/d.gguf --spec-type draft-simple", " --spec-type none")
+    return gate_scraper(tmp, gate_record(action="fallback", serving="plain", **for_unit(tmp, plain)))
+
+
 # ---- TabbyAPI (--engine tabbyapi) ----------------------------------------------------------------------------
 # A fake TabbyAPI: the bodies its /metrics renders (tests/fixtures/exporter/tabbyapi-5b73894*.txt, produced by
 # its own common/metrics.py; it needs a CUDA GPU to run for real) and its /health answer. It has no /slots nor
@@ -365,9 +456,9 @@ def render(scraper: Scraper) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(STATES))
-def test_exposition_matches_golden(name, monkeypatch):
-    text = render(STATES[name](monkeypatch))
-    assert render(STATES[name](monkeypatch)) == text, "the exposition is not deterministic"
+def test_exposition_matches_golden(name, monkeypatch, tmp_path):
+    text = render(STATES[name](monkeypatch, tmp_path))
+    assert render(STATES[name](monkeypatch, tmp_path)) == text, "the exposition is not deterministic"
     path = GOLDEN / f"{name}.prom"
     if UPDATE:
         GOLDEN.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,8 @@ NOT_LLAMA_SERVER = {
     ("src/specops/bench/runner.py", "--draft"): "specops bench's own --draft option (the draft model path)",
     ("src/specops/exporter/config.py", "--timeout"): "specops exporter's own --timeout option",
     ("src/specops/exporter/config.py", "--log-file"): "specops exporter's own --log-file option",
+    ("src/specops/exporter/fetch.py", "--api-key-file"): "specops exporter's own --api-key-file option",
+    ("src/specops/exporter/collector.py", "--api-key-file"): "specops exporter's own --api-key-file option",
 }
 _TOKEN = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 

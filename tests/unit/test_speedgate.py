@@ -4,8 +4,6 @@ and the exporter's reading of the record it leaves."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
@@ -109,23 +107,6 @@ def test_exporter_reads_a_record_and_refuses_a_bad_one() -> None:
     for bad in (record(plain_tps=float("nan")), record(plain_tps=-1), record(ratio="fast"), record(verdict="?"),
                 record(speculative_tps=None), [], "x", None):
         assert parse(bad) is None, bad
-
-
-def test_exporter_file_follows_changes_and_drops_a_broken_file(tmp_path: Path) -> None:
-    path = tmp_path / "speed-gate.json"
-    f = SpeedGateFile(str(path))
-    assert f.read() is None
-    path.write_text(json.dumps(record()))
-    assert f.read().numbers["ratio"] == 0.6  # type: ignore[union-attr]
-    path.write_text(json.dumps(record(ratio=1.2, verdict="pays")))
-    os.utime(path, (1, 1))  # a new mtime even within the same second
-    assert f.read().numbers["ratio"] == 1.2  # type: ignore[union-attr]
-    path.write_text("{not json")
-    os.utime(path, (2, 2))
-    assert f.read() is None
-    path.unlink()
-    assert f.read() is None
-    assert SpeedGateFile(None).read() is None
 
 
 def test_an_interval_wider_than_the_bound_is_unproven_not_a_verdict() -> None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What the deploy preflight needs to know from the host, read without changing anything (stdlib only):
-the API key file's stat and the shape of its lines (never the key), which process, in which systemd unit,
-listens on each port, and whether the service user can reach each model file.
+the API key file's stat (its target's, and the target named, when it is a symlink) and the shape of its lines
+(never the key), which process, in which systemd unit, listens on each port, and whether the service user can
+reach each model file.
 Prints JSON: {"key_file": {...} | null, "ports": {"8080": {"pid", "comm", "unit"} | null},
 "paths": {"llama_server_target_model": {...}}}; with ``--tokens-file`` (TabbyAPI's api_tokens.yml) also
 "tokens_file": its stat and which of api_key/admin_key it sets (never the keys)."""
@@ -23,16 +24,29 @@ HIDDEN = {"/home": "protect-home", "/root": "protect-home", "/run/user": "protec
 PRINTABLE = frozenset(range(0x20, 0x7F))
 
 
+def link_facts(path: str) -> dict:
+    """When ``path`` is a symlink: its text and what it finally resolves to (the stat below is the target's,
+    so a problem found there must name it); {} otherwise."""
+    try:
+        if not os.path.islink(path):
+            return {}
+        return {"symlink": os.readlink(path), "target": os.path.realpath(path)}
+    except OSError:
+        return {}
+
+
 def key_file(path: str) -> dict | None:
     if not path:
         return None
+    link = link_facts(path)
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return {"exists": False}
+        return {"exists": False, **link}
     except OSError as exc:
-        return {"exists": False, "error": exc.strerror}
-    facts: dict = {"exists": True, "mode": st.st_mode, "uid": st.st_uid, "gid": st.st_gid, "size": st.st_size}
+        return {"exists": False, "error": exc.strerror, **link}
+    facts: dict = {"exists": True, "mode": st.st_mode, "uid": st.st_uid, "gid": st.st_gid, "size": st.st_size,
+                   **link}
     if stat.S_ISREG(st.st_mode):
         try:
             with open(path, "rb") as fh:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specops.exporter.app import Exporter, StartupError
 from specops.exporter.config import MAX_INTERVAL, MIN_INTERVAL, ConfigError, ExporterConfig, parse_number
+from specops.exporter.speedgate import UNIT_DIRS
 
 NAME = "exporter"
 HELP = "serve Prometheus metrics for one llama-server (scrapes /metrics, /slots, /health, /props itself)"
@@ -49,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--build-info", help="build-info.json of the llama.cpp install (default: via the PID)")
     p.add_argument("--speed-gate-file", help="the deploy's speed-gate record (e.g. /etc/specops/speed-gate.json): "
                    "plain vs speculative decode speed on this host, exported for the alerts")
+    p.add_argument("--speed-gate-unit-dir", action="append", metavar="DIR",
+                   help="where a record's unit_file may be (default: /etc/systemd/system and /run/systemd/system); "
+                        "repeat for several")
     p.add_argument("--once", action="store_true", help="scrape once, print the exposition and exit")
     p.add_argument("--log-level", default=os.environ.get("SPECOPS_LOG_LEVEL", "INFO"))
 
@@ -76,6 +80,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         log_journal_unit=args.log_journal, log_file=args.log_file, nvidia_smi=args.nvidia_smi,
         gpu_interval=parse_number("--gpu-interval", str(args.gpu_interval)), api_key=_api_key(args.api_key_file),
         build_info_path=args.build_info, speed_gate_file=args.speed_gate_file,
+        speed_gate_unit_dirs=tuple(args.speed_gate_unit_dir) if args.speed_gate_unit_dir else UNIT_DIRS,
     )
     cfg.validate()
     if not isinstance(logging.getLevelName(str(args.log_level).upper()), int):

@@ -83,9 +83,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     faults.add_argument("--fault-tail", type=duration, default=30.0,
                         help="no fault in the last N seconds (default %(default)s)")
     faults.add_argument("--fault-count", type=int,
-                        help="this many faults at most; each one planned within the duration runs even when late "
-                             "(slow recoveries on a loaded host): the load goes on until it has (default: no "
-                             "limit; late faults are skipped)")
+                        help="exactly this many faults, a promise: they must fit in the duration (else refused), "
+                             "each runs even when late (slow recoveries or reference recording on a loaded host), "
+                             "the load going on past the duration for it (such a fault may start until N x "
+                             "--recovery-timeout after the duration, and its recovery is watched), and a "
+                             "fault that still did not run fails the soak (default: no count; late faults are "
+                             "skipped)")
     faults.add_argument("--recovery-timeout", type=duration, default=300.0, help="default %(default)ss")
     th = p.add_argument_group("thresholds")
     th.add_argument("--max-failed-ratio", type=float, default=t.max_failed_ratio, help="default %(default)s")

@@ -18,6 +18,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from specops.exporter.llama_metrics import COUNTERS, GAUGES, PER_POS_HELP, PER_POS_NAME, SPEC_KEYS
+from specops.exporter.speedgate import STATES as SPEED_GATE_STATES
 from specops.exporter.speedgate import SpeedGateFile
 from specops.exporter.state import Scraper, Snapshot
 
@@ -59,7 +60,7 @@ def server_info_labels(s: Snapshot) -> dict[str, str]:
 class SpecopsCollector(Collector):
     def __init__(self, scraper: Scraper) -> None:
         self.scraper = scraper
-        self.speed_gate = SpeedGateFile(scraper.cfg.speed_gate_file)
+        self.speed_gate = SpeedGateFile(scraper.cfg.speed_gate_file, scraper.cfg.speed_gate_unit_dirs)
 
     def collect(self) -> Iterator[Metric]:
         snap = self.scraper.snapshot
@@ -70,10 +71,23 @@ class SpecopsCollector(Collector):
 
     # ---- the deploy's speed gate ---------------------------------------------------------------
     def _speed_gate(self, s: Snapshot) -> Iterator[Metric | None]:
-        g = self.speed_gate.read()
-        if g is None:
+        if not self.speed_gate.path:
             return
-        n = g.numbers
+        reading = self.speed_gate.check()
+        g = GaugeMetricFamily("specops_speed_gate_record_state",
+                              "The deploy's speed-gate record (--speed-gate-file), one-hot: ok (a valid record for "
+                              "the systemd unit on disk: unit_file and installed_unit_sha256 match), missing (no "
+                              "file), invalid (unreadable, not JSON, not a record: the exporter's log says why), "
+                              "stale (it names no unit, or its unit file cannot be read or has changed since). "
+                              "The specops_speed_gate_* figures exist only for an ok record of a measured verdict "
+                              "(pays, loses). Fix: re-run the deploy; it rewrites the record.",
+                              labels=["state"])
+        for state in SPEED_GATE_STATES:
+            g.add_metric([state], 1.0 if reading.state == state else 0.0)
+        yield g
+        if reading.gate is None:
+            return
+        n = reading.gate.numbers
         yield _gauge("specops_speed_gate_plain_decode_tokens_per_second",
                      "Plain decoding (no speculation) of this build on this host, measured by the deploy's speed "
                      "gate: the figure speculation must beat.", n["plain_tps"])
@@ -86,16 +100,24 @@ class SpecopsCollector(Collector):
                      "Draft acceptance at which speculation matches plain decoding on this host (from the speed "
                      "gate's measured round cost; above 1: no acceptance can pay).", n.get("break_even_acceptance"))
         yield _gauge("specops_speed_gate_timestamp_seconds", "When the speed-gate record was written (file mtime).",
-                     g.mtime)
-        info = InfoMetricFamily("specops_speed_gate", "The deploy's speed gate: verdict and what the host serves.")
-        info.add_metric([], g.labels)
+                     reading.gate.mtime)
+        info = InfoMetricFamily("specops_speed_gate", "The deploy's speed gate: verdict and what the host serves "
+                                "(only while specops_speed_gate_record_state{state=\"ok\"} is 1).")
+        info.add_metric([], reading.gate.labels)
         yield info
 
     # ---- llama-server ------------------------------------------------------------------------
     def _server(self, s: Snapshot) -> Iterator[Metric | None]:
-        yield _gauge("llamacpp_up", "1 when the last pass read llama-server's /metrics whole (0: down, an HTTP "
-                     "error, or a body that is garbage, cut short or has duplicated series).", float(s.up))
+        yield _gauge("llamacpp_up", "1 when the exporter could read the server: its last pass read llama-server's "
+                     "/metrics whole. 0: down, an HTTP error, a body that is garbage, cut short or has duplicated "
+                     "series, or the server refused the exporter's API key (then "
+                     "llamacpp_exporter_auth_refused is 1 and llamacpp_healthy says whether the server is up).",
+                     float(s.up))
         yield _gauge("llamacpp_healthy", "1 when llama-server's /health said ok.", float(s.healthy))
+        yield _gauge("llamacpp_exporter_auth_refused",
+                     "1 when llama-server answered the exporter's last /metrics request with HTTP 401 or 403: a "
+                     "wrong or missing API key (--api-key-file). llamacpp_up is then 0 whether or not the server is "
+                     "up; alert SpecopsExporterCannotAuthenticate, not LlamaServerDown.", float(s.auth_refused))
         info = InfoMetricFamily("llamacpp_server", "llama-server build, models and speculation settings. Always "
                                 "the same labels; a value not known (yet) is 'unknown', and values once known "
                                 "are kept through failed reads, so the series does not churn.")

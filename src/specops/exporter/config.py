@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from specops.exporter.engine import ENGINES, LLAMA_CPP
+from specops.exporter.speedgate import UNIT_DIRS
 
 MIN_INTERVAL = 1.0  # seconds: every pass GETs /metrics, and each GET resets llama-server's rate gauges
 MAX_INTERVAL = 3600.0  # an hour between passes is no watch (and longer waits overflow threading's timeouts)
@@ -39,6 +40,7 @@ class ExporterConfig:
     api_key: str | None = None
     build_info_path: str | None = None  # build-info.json of the llama.cpp install (else found via the PID)
     speed_gate_file: str | None = None  # the deploy's speed-gate record (plain vs speculative on this host)
+    speed_gate_unit_dirs: tuple[str, ...] = UNIT_DIRS  # where the unit_file a record names may be (tests: a tmp dir)
 
     @property
     def server_port(self) -> int:

@@ -17,6 +17,7 @@ HTTP_ERROR_KINDS = (
     "connect",
     "timeout",
     "protocol",
+    "auth",  # HTTP 401 or 403: the server refused the exporter's API key (or wants one)
     "http_4xx",
     "http_5xx",
     "too_large",
@@ -28,6 +29,9 @@ HTTP_ERROR_KINDS = (
 )
 
 
+AUTH_STATUSES = (401, 403)
+
+
 class FetchError(Exception):
     """A failed fetch or payload; ``kind`` is one of :data:`HTTP_ERROR_KINDS` (or ``other``)."""
 
@@ -35,6 +39,20 @@ class FetchError(Exception):
         super().__init__(message)
         self.kind = kind
         self.status = status
+
+
+def http_error(path: str, status: int, api_key: bool | None = None) -> FetchError:
+    """The error for an HTTP error status: ``auth`` for 401/403 (saying whether the exporter sent a key, when
+    ``api_key`` tells), else ``http_5xx`` or ``http_4xx``."""
+    if status in AUTH_STATUSES:
+        if api_key is None:
+            why = "the server refused the exporter's credentials"
+        elif api_key:
+            why = "the server refused the exporter's API key: check --api-key-file"
+        else:
+            why = "the server wants an API key and the exporter has none: give it --api-key-file"
+        return FetchError("auth", f"GET {path}: HTTP {status}: {why}", status)
+    return FetchError("http_5xx" if status >= 500 else "http_4xx", f"GET {path}: HTTP {status}", status)
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,7 @@ class BoundedFetcher:
     def __init__(self, base_url: str, timeout: float = 2.0, max_bytes: int = 4 << 20,
                  api_key: str | None = None) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.has_api_key = bool(api_key)
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.max_bytes = max_bytes
@@ -98,6 +117,5 @@ class BoundedFetcher:
         except httpx.HTTPError as exc:  # RemoteProtocolError, ReadError, DecodingError, ...
             raise FetchError("protocol", f"GET {path}: {type(exc).__name__}: {exc}") from exc
         if status >= 400 and status not in accept_status:
-            kind = "http_5xx" if status >= 500 else "http_4xx"
-            raise FetchError(kind, f"GET {path}: HTTP {status}", status)
+            raise http_error(path, status, self.has_api_key)
         return Response(status, bytes(buf))

@@ -13,7 +13,7 @@ from specops.exporter.statelog import StateLog
 
 HTTP_ENDPOINTS = ("health", "metrics", "slots", "props")
 # endpoint -> error kinds (pre-initialised to 0 so dashboards and rate() see the series from the start)
-_TRANSPORT = ("connect", "timeout", "protocol", "http_4xx", "http_5xx", "too_large")
+_TRANSPORT = ("connect", "timeout", "protocol", "auth", "http_4xx", "http_5xx", "too_large")  # auth: HTTP 401/403
 ERROR_KINDS: dict[str, tuple[str, ...]] = {
     "health": (*_TRANSPORT, "invalid_json", "shape"),
     "metrics": (*_TRANSPORT, "parse", "shape", "invalid_value", "invalid"),  # invalid: cut or duplicated body

@@ -55,6 +55,7 @@ class Snapshot:
     time: float = 0.0
     up: bool = False
     healthy: bool = False
+    auth_refused: bool = False  # /metrics answered 401/403 on this pass: the exporter's API key was refused
     metrics: ServerMetrics | None = None
     slots: SlotsSummary | None = None
     props: Props = field(default_factory=Props)
@@ -135,6 +136,7 @@ class Scraper:
         self._gpu: tuple[GpuProcessMemory, ...] | None = None
         self._gpu_due = 0.0
         self._metrics_clean = False
+        self._metrics_error = ""  # the error kind of this pass's /metrics ("" when it was read)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -173,9 +175,11 @@ class Scraper:
         """The parsed body, or None when it is unusable; ``_metrics_clean`` says whether no error was counted
         for it (the pass reports ``ok`` only after the derived series have checked its counters too)."""
         self._metrics_clean = False
+        self._metrics_error = ""
         try:
             text = self._get("metrics", "/metrics").text()
         except FetchError as exc:
+            self._metrics_error = exc.kind
             self.selfm.error("metrics", exc.kind, str(exc))
             return None
         parsed = parse_server_metrics(text, self.engine)
@@ -329,7 +333,8 @@ class Scraper:
             self._last_success = wall
         gpu = tuple(g for g in self._gpu if stats and g.pid == stats.pid) if self._gpu is not None else None
         snap = Snapshot(
-            time=wall, up=up, healthy=healthy, metrics=metrics if up else None, slots=slots,
+            time=wall, up=up, healthy=healthy, auth_refused=self._metrics_error == "auth",
+            metrics=metrics if up else None, slots=slots,
             props=self._props, launch=self._launch, launch_known=self._launch_known, backend=self._build[0],
             install_commit=self._build[1], pid_info=pid_info, process=stats, restarts=self._restarts, gpu=gpu,
             log=log_counters, spec_source=spec_source, known_spec_source=self._known_spec_source,

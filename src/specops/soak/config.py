@@ -42,6 +42,11 @@ class FaultPlan:
 
     A fault is only injected once the previous one has recovered, and never in the last ``tail``
     seconds of the run (so its recovery can be seen).
+
+    With ``limit`` (``--fault-count N``) the plan is a promise of exactly N faults: they must fit in the
+    duration (checked by :class:`SoakConfig`), each one runs even when it comes late (slow recoveries, slow
+    reference recording on a loaded host), the load going on past the duration for it by at most
+    :meth:`late_allowance` (N × the recovery timeout), and one that still did not run fails the soak.
     """
 
     faults: tuple[FaultSpec, ...] = ()
@@ -49,7 +54,33 @@ class FaultPlan:
     interval: float = 300.0
     tail: float = 30.0
     recovery_timeout: float = 300.0
-    limit: int | None = None  # at most this many faults
+    limit: int | None = None  # exactly this many faults (a promise: see the class docstring)
+
+    def slots(self, n: int) -> list[tuple[float, FaultSpec]]:
+        """The first ``n`` slots, wherever the run ends."""
+        return [(self.first + i * self.interval, self.faults[i % len(self.faults)])
+                for i in range(n if self.faults else 0)]
+
+    def late_allowance(self) -> float:
+        """How long, with a fault count, the load may go on past the duration so that a late fault still runs
+        and its recovery is seen: the recovery timeout once per promised fault (each late fault waits at most
+        that long for the previous one to recover)."""
+        return (self.limit or 0) * self.recovery_timeout
+
+    def unfit(self, duration: float) -> str | None:
+        """Why a fault count cannot be promised within ``duration`` (None when it can)."""
+        if self.limit is None or not self.faults:
+            return None
+        if self.limit < 0:
+            return f"fault count must be >= 0, not {self.limit}"
+        fits = len(self.schedule(duration))
+        if fits >= self.limit:
+            return None
+        t, spec = self.first + fits * self.interval, self.faults[fits % len(self.faults)]
+        k = fits + 1
+        return (f"--fault-count {self.limit}: fault {k} ({spec.label()}) would come at {t:g}s, after the "
+                f"{duration:g}s duration less the {self.tail:g}s fault tail: lengthen the duration or lower "
+                f"the fault count, --fault-first, --fault-interval or --fault-tail")
 
     def schedule(self, duration: float) -> list[tuple[float, FaultSpec]]:
         if not self.faults:
@@ -127,6 +158,11 @@ class SoakConfig:
             raise SoakConfigError("a restart fault needs --unit (it runs `systemctl restart UNIT`)")
         if self.faults.faults and self.faults.interval <= 0:
             raise SoakConfigError("fault interval must be > 0")
+        if self.faults.faults and self.faults.recovery_timeout <= 0:
+            raise SoakConfigError("recovery timeout must be > 0")
+        unfit = self.faults.unfit(self.bound_seconds)
+        if unfit:
+            raise SoakConfigError(unfit)
 
     @property
     def bound_seconds(self) -> float:

@@ -98,6 +98,23 @@ class Actions:
         return " ".join(argv)
 
 
+@dataclass(frozen=True)
+class MissedFault:
+    """A promised fault (``--fault-count``) that did not run, and why."""
+
+    index: int  # 1-based, in the plan's order
+    of: int  # faults promised
+    kind: str  # its label (stop:SECONDS for a stop)
+    scheduled: float
+    why: str
+
+    def describe(self) -> str:
+        return f"fault {self.index} of {self.of} ({self.kind}) did not run: {self.why}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 class Gate:
     """Keeps the load and the faults in step at the end of a run: no fault once the load has ended, and the
     load does not end while a fault is being injected (the runner keeps sending until it has recovered)."""
@@ -105,7 +122,13 @@ class Gate:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.load_done = False
+        self.ended_at: float | None = None  # when the load ended (set with load_done)
         self.busy = False
+
+    def end_load(self, t: float) -> None:
+        """Called with ``lock`` held."""
+        if not self.load_done:
+            self.load_done, self.ended_at = True, t
 
     def begin_fault(self) -> bool:
         with self.lock:
@@ -120,15 +143,24 @@ class Gate:
 
 
 class Injector:
-    """Runs the plan in a thread: waits for each slot, for the previous fault's recovery, then acts."""
+    """Runs the plan in a thread: waits for each slot, for the previous fault's recovery, then acts.
+
+    Without a fault count a slot that comes late (past the plan's end) is skipped: an overnight plan just
+    moves on. With one (``plan.limit``) the N faults are a promise: the plan keeps N slots wherever the
+    load started, a late one runs as soon as the previous fault has recovered, and :meth:`pending` keeps
+    the load going past the duration for it, until ``late_deadline`` (the duration plus
+    :meth:`FaultPlan.late_allowance`). A promised fault that still did not run is in :meth:`missed`, with
+    why, and fails the soak."""
 
     def __init__(self, plan: FaultPlan, duration: float, clock: Callable[[], float],
                  pid_of: Callable[[], int | None], recovered: Callable[[FaultEvent], float | None],
-                 actions: Actions | None = None, gate: Gate | None = None) -> None:
+                 actions: Actions | None = None, gate: Gate | None = None,
+                 sleep: Callable[[float], object] | None = None) -> None:
         self.plan = plan
         self.gate = gate or Gate()
         self.duration = duration
-        self.schedule = plan.schedule(duration)
+        self.offset = 0.0
+        self.schedule = self._plan(0.0)
         self.clock = clock
         self.pid_of = pid_of
         self.recovered = recovered
@@ -136,14 +168,35 @@ class Injector:
         self.events: list[FaultEvent] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        # waiting: interrupted by stop(); a test passes a sleep that moves its own clock on instead
+        self._sleep = sleep or self._stop.wait
+        self._stop_why: str | None = None
+        self._why: str | None = None  # why the first promised fault not injected did not run
         self._thread: threading.Thread | None = None
+
+    def _plan(self, offset: float) -> list[tuple[float, FaultSpec]]:
+        """The slots, ``offset`` seconds into the soak. A fault count keeps all its slots, even those that the
+        time taken before the load (recording the references) pushed past the end: they run late."""
+        if self.exact:
+            return [(offset + t, spec) for t, spec in self.plan.slots(self.plan.limit or 0)]
+        return [(offset + t, spec) for t, spec in self.plan.schedule(self.duration - offset)]
+
+    @property
+    def late_deadline(self) -> float:
+        """With a fault count: the last moment (seconds since the start of the soak) a promised fault may start,
+        and until which the load goes on for it."""
+        return self.duration + self.plan.late_allowance()
+
+    def _allowance_text(self) -> str:
+        return (f"late faults may start until {self.late_deadline:.1f}s: the {self.duration:g}s duration + "
+                f"{self.plan.limit} × the {self.plan.recovery_timeout:g}s recovery timeout")
 
     def _wait_until(self, t: float) -> bool:
         while not self._stop.is_set():
             left = t - self.clock()
             if left <= 0:
                 return True
-            self._stop.wait(min(left, 0.2))
+            self._sleep(min(left, 0.2))
         return False
 
     def _wait_recovery(self, event: FaultEvent) -> None:
@@ -151,7 +204,7 @@ class Injector:
         while not self._stop.is_set() and self.clock() < deadline:
             if self.recovered(event) is not None:
                 return
-            self._stop.wait(0.2)
+            self._sleep(0.2)
 
     def inject(self, scheduled: float, spec: FaultSpec) -> FaultEvent:
         pid = self.pid_of()
@@ -166,7 +219,7 @@ class Injector:
                 event.detail = self.actions.kill9(pid)
             elif spec.kind == "stop":
                 # SIGCONT is sent even if the soak is stopped meanwhile
-                event.detail = self.actions.stop(pid, spec.pause, lambda s: self._stop.wait(s))
+                event.detail = self.actions.stop(pid, spec.pause, self._sleep)
             else:
                 raise RuntimeError(f"unknown fault kind {spec.kind}")
         except Exception as exc:
@@ -187,14 +240,46 @@ class Injector:
         """Planned faults not injected yet."""
         return max(0, len(self.schedule) - len(self.snapshot()))
 
+    def _wait_pid(self) -> None:
+        """With a fault count, a signal fault waits (at most the recovery timeout) for a server PID to be
+        known again, e.g. while the service is still coming back from the previous fault; where no PID was
+        ever known (no way to find it) it is injected at once and fails with the reason."""
+        if not any(e.pid_before is not None for e in self.snapshot()):
+            return
+        deadline = self.clock() + self.plan.recovery_timeout
+        while not self._stop.is_set() and self.clock() < deadline and self.pid_of() is None:
+            self._sleep(0.5)
+
+    def _stopped_why(self, scheduled: float) -> str:
+        if self._stop_why:
+            return self._stop_why
+        ended = self.gate.ended_at
+        when = f"the load ended at {ended:.1f}s" if ended is not None else f"the soak stopped at {self.clock():.1f}s"
+        return f"{when}, before it could start (due at {scheduled:.1f}s; {self._allowance_text()})"
+
     def _run(self) -> None:
         last_slot = self.duration - self.plan.tail
         for scheduled, spec in self.schedule:
-            if not self._wait_until(scheduled):
+            if self.exact and scheduled > self.late_deadline:
+                self._why = (f"it was due at {scheduled:.1f}s (the plan started at {self.offset:.1f}s, after the "
+                             f"references), too late: {self._allowance_text()}")
                 return
+            if not self._wait_until(scheduled):
+                self._why = self._stopped_why(scheduled)
+                return
+            if self.exact and spec.kind != "restart":
+                self._wait_pid()
+            now = self.clock()
             # a late slot (the previous fault took long to recover, e.g. on a loaded machine) is skipped past
             # the end of the plan, unless a fault count was asked for: then the load goes on until it has run
-            if (self.clock() > last_slot and not self.exact) or not self.gate.begin_fault():
+            if now > last_slot and not self.exact:
+                return
+            if self.exact and now > self.late_deadline:
+                self._why = (f"due at {scheduled:.1f}s, it could not start before {now:.1f}s (the previous fault's "
+                             f"recovery or the server's PID took until then): {self._allowance_text()}")
+                return
+            if self._stop.is_set() or not self.gate.begin_fault():
+                self._why = self._stopped_why(scheduled)
                 return
             try:
                 event = self.inject(scheduled, spec)
@@ -203,12 +288,32 @@ class Injector:
             if not event.error:
                 self._wait_recovery(event)
 
+    @property
+    def promised(self) -> int:
+        """Faults promised (``--fault-count``); 0 without a count."""
+        return len(self.schedule) if self.exact else 0
+
+    def missed(self) -> list[MissedFault]:
+        """Promised faults that did not run (the plan runs in order: those after the last one injected)."""
+        if not self.exact:
+            return []
+        done = len(self.snapshot())
+        n = len(self.schedule)
+        out = []
+        for i, (scheduled, spec) in enumerate(self.schedule[done:], done + 1):
+            why = self._why or self._stopped_why(scheduled)
+            if i > done + 1:
+                why = f"not reached (fault {done + 1} did not run)"
+            out.append(MissedFault(i, n, spec.label(), round(scheduled, 3), why))
+        return out
+
     def pending(self, now: float) -> bool:
         """A fault is being injected, the last one has not recovered yet (within the recovery timeout), or
         (with a fault count) a planned fault has not run yet."""
         if self.gate.busy:
             return True
-        if self.exact and self.remaining() and self._thread is not None and self._thread.is_alive():
+        if (self.exact and self.remaining() and now <= self.late_deadline and self._thread is not None
+                and self._thread.is_alive()):
             return True
         events = self.snapshot()
         if not events or events[-1].error:
@@ -218,14 +323,19 @@ class Injector:
 
     def start(self, offset: float = 0.0) -> None:
         """Start the plan ``offset`` seconds into the soak (after the references were recorded):
-        fault times count from there, and the run's end still bounds them."""
-        self.schedule = [(offset + t, spec) for t, spec in self.plan.schedule(self.duration - offset)]
+        fault times count from there. Without a fault count the run's end still bounds them; with one, every
+        promised slot is kept (see the class docstring)."""
+        self.offset = offset
+        self.schedule = self._plan(offset)
         if not self.schedule:
             return
         self._thread = threading.Thread(target=self._run, name="soak-faults", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, why: str | None = None) -> None:
+        """Stop the plan; ``why`` (e.g. a SIGTERM) is what a promised fault that had not run yet reports."""
+        if why and self._stop_why is None:
+            self._stop_why = why
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=60)

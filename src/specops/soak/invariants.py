@@ -10,7 +10,7 @@ from typing import Any
 from specops.knobs import knob
 from specops.soak.accounting import FAILED, RequestRecord
 from specops.soak.config import Thresholds
-from specops.soak.faults import FaultEvent, in_fault_window
+from specops.soak.faults import FaultEvent, MissedFault, in_fault_window
 from specops.soak.reference import Drift
 from specops.soak.sampler import ExporterSample, PidChange
 from specops.soak.timeline import Bucket
@@ -186,6 +186,19 @@ def check_restarts(changes: list[PidChange], nrestarts: list[tuple[float, int]],
             status = FAIL
             parts.insert(0, f"systemd restarted the unit {delta - kills} time(s) more than the kill faults explain")
     return Check("restarts", status, "; ".join(parts))
+
+
+def check_fault_count(promised: int, faults: list[FaultEvent], missed: list[MissedFault]) -> Check:
+    """``--fault-count N`` is a promise: N faults run, or the soak fails saying which did not and why."""
+    if missed:
+        first = missed[0]
+        more = f"; {len(missed) - 1} more after it did not run either" if len(missed) > 1 else ""
+        return Check("fault_count", FAIL, first.describe() + more)
+    if not promised:
+        return Check("fault_count", SKIP, "no fault count promised (--fault-count)")
+    if len(faults) < promised:  # missed() names every one not run: this is a guard against a bookkeeping bug
+        return Check("fault_count", FAIL, f"{len(faults)} of {promised} promised faults ran")
+    return Check("fault_count", PASS, f"{len(faults)} of {promised} promised faults ran")
 
 
 def check_faults(faults: list[FaultEvent]) -> Check:

@@ -80,6 +80,10 @@ def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
                        f"| {_fmt(f['time_to_recovery'], 2)} | {detail} |")
     else:
         out.append("No faults were injected.")
+    missed = data.get("faults_missed") or []
+    if missed:
+        out += ["", f"Promised (--fault-count {missed[0]['of']}) but not run:\n"]
+        out += [f"- fault {m['index']} ({m['kind']}, due at {m['scheduled']:.1f}s): {m['why']}" for m in missed]
     out.append("")
 
     width = float(data.get("bucket_s") or 60.0)

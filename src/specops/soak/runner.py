@@ -20,7 +20,7 @@ from specops.exporter.process import PidSource, prompt_cache_bound_mib
 from specops.soak import invariants, timeline, trend, workload
 from specops.soak.accounting import Attempt, Ledger, RequestRecord
 from specops.soak.config import SoakConfig
-from specops.soak.faults import Actions, FaultEvent, Injector, recovery_time
+from specops.soak.faults import Actions, FaultEvent, Injector, MissedFault, recovery_time
 from specops.soak.reference import ReferenceSet
 from specops.soak.requester import execute
 from specops.soak.sampler import Sampler
@@ -78,6 +78,7 @@ class SoakResult:
     records: list[RequestRecord]
     alerts: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    missed_faults: list[MissedFault] = field(default_factory=list)  # promised (--fault-count) but not run
 
     @property
     def failures(self) -> list[invariants.Check]:
@@ -96,7 +97,9 @@ class SoakResult:
             "duration_s": round(self.duration_s, 2), "bucket_s": self.config["bucket_seconds"],
             "hostname": self.hostname, "task_set": self.task_set,
             "summary": self.summary, "checks": [c.to_dict() for c in self.checks],
-            "faults": [f.to_dict() for f in self.faults], "minutes": [b.to_dict() for b in self.buckets],
+            "faults": [f.to_dict() for f in self.faults],
+            "faults_missed": [m.to_dict() for m in self.missed_faults],
+            "minutes": [b.to_dict() for b in self.buckets],
             "rss_trend": self.rss_trend, "anon_trend": self.anon_trend,
             "rss_samples": [[round(s.t, 2), s.pid, s.rss_bytes, s.anon_bytes] for s in self.rss_samples],
             "pid_changes": self.pid_changes, "nrestarts": self.nrestarts, "exporter": self.exporter,
@@ -124,11 +127,13 @@ class SoakRunner:
         self._slots_lock = threading.Lock()
         self._slots_taken = 0
         self._stopped_early = False
+        self._stopped_at = 0.0
         self._injector: Injector | None = None
         self._extra = 0
 
     def request_stop(self) -> None:
         """Stop issuing (e.g. on SIGTERM): in-flight requests stop retrying and are recorded as such."""
+        self._stopped_at = self.clock()
         self._stopped_early = True
         self.stop_event.set()
 
@@ -149,7 +154,8 @@ class SoakRunner:
     def _take_slot(self) -> bool:
         """One more request may be issued: within the duration and the count, and not stopped. At the bound,
         a fault in progress or not yet recovered keeps the load going (bounded by the recovery timeout), so
-        every fault's recovery is observed; once the load has ended no fault is injected any more."""
+        every fault's recovery is observed, and so does a promised fault (--fault-count) that has not run yet
+        (bounded by the injector's late_deadline); once the load has ended no fault is injected any more."""
         if self.stop_event.is_set():
             return False
         within = self.config.duration is None or self.clock() < self.config.duration
@@ -165,7 +171,7 @@ class SoakRunner:
                 with self._slots_lock:
                     self._extra += 1
                 return True
-            injector.gate.load_done = True
+            injector.gate.end_load(self.clock())
         return False
 
     def _one(self, send: Send, kind: str, task: Task, rng: random.Random, sampler: Sampler,
@@ -223,6 +229,7 @@ class SoakRunner:
                  len(tasks), len(ref_tasks))
         workers: list[threading.Thread] = []
         notes: list[str] = []
+        interrupted: float | None = None
         try:
             send = self.client_factory(-1)
             try:
@@ -249,19 +256,26 @@ class SoakRunner:
                 while w.is_alive():
                     w.join(timeout=0.5)
         except KeyboardInterrupt:
-            notes.append(f"interrupted at {self.clock():.1f}s: stopped issuing, in-flight requests finished")
+            interrupted = self.clock()
+            notes.append(f"interrupted at {interrupted:.1f}s: stopped issuing, in-flight requests finished")
             log.warning("interrupted: finishing in-flight requests")
         finally:
             self.stop_event.set()
             for w in workers:  # in-flight requests stop retrying and are recorded
                 w.join(timeout=cfg.request_timeout + 30)
-            injector.stop()
+            if interrupted is not None:
+                injector.stop(f"the soak was interrupted at {interrupted:.1f}s")
+            elif self._stopped_early:
+                injector.stop(f"the soak was stopped on request (SIGTERM) at {self._stopped_at:.1f}s")
+            else:
+                injector.stop()
             sampler.stop()
         ended_unix = time.time()
         result = self._result(run_id, tasks, ref_tasks, injector, sampler, started_unix, ended_unix)
         result.notes.extend(notes)
         if self._extra:
-            result.notes.append(f"{self._extra} request(s) sent after the bound to see the last fault recover")
+            result.notes.append(f"{self._extra} request(s) sent after the bound to see the last fault recover "
+                                "or a late promised fault run")
         if self._stopped_early:
             result.notes.append("stopped on request (SIGTERM) before the bound")
         return result
@@ -272,6 +286,7 @@ class SoakRunner:
         records = self.ledger.records()
         attempts = [a for r in records for a in r.attempts]
         faults = injector.snapshot()
+        missed = injector.missed()
         for f in faults:
             f.recovered_at = recovery_time(f, attempts)
         duration = ended_unix - started_unix
@@ -286,6 +301,7 @@ class SoakRunner:
             invariants.check_accounting(self.ledger.issued, self.ledger.lost()),
             invariants.check_failed(records, th),
             invariants.check_unexplained_errors(records, faults, th),
+            invariants.check_fault_count(injector.promised, faults, missed),
             invariants.check_faults(faults),
             invariants.check_references(len(ref_tasks), len(self.refs.ids()), self.refs.drifts,
                                         self.refs.checks, th),
@@ -309,7 +325,7 @@ class SoakRunner:
             sampler_errors=list(sampler.errors),
             references={"ids": [t.id for t in ref_tasks], "texts": texts, "checks": self.refs.checks,
                         "drifts": [d.to_dict() for d in self.refs.drifts]},
-            records=records,
+            records=records, missed_faults=missed,
         )
 
 

@@ -1,0 +1,302 @@
+"""The exporter's reading of the deploy's speed-gate record (issue 40): never silent, never stale.
+
+Whenever a record path is configured the exporter says ``specops_speed_gate_record_state{state}`` (one-hot: ok,
+missing, invalid, stale); the figures and ``specops_speed_gate_info`` exist only for an ok record of a measured
+verdict. A record is ok only while the unit file it names (under the systemd unit directories) still has the sha256
+the deploy wrote into it. Here the "systemd unit directory" is a tmp dir handed to the reader (``unit_dirs``), and
+files are replaced the way the deploy does it (write beside, rename over).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+from specops.exporter import speedgate
+from specops.exporter.collector import SpecopsCollector
+from specops.exporter.speedgate import INVALID, MISSING, OK, STALE, STATES, UNIT_DIRS, SpeedGateFile, unit_path_problem
+from tests.unit.fake_llama_fetcher import FakeClock, FakeFetcher, fake_scraper
+
+SPECULATIVE_UNIT = "[Service]\nExecStart=/opt/llama.cpp/bin/llama-server -md /srv/d.gguf --spec-type draft-simple\n"
+PLAIN_UNIT = "[Service]\nExecStart=/opt/llama.cpp/bin/llama-server --spec-type none\n"
+
+
+def put(path: Path, text: str) -> None:
+    """Replace ``path`` as the deploy does (Ansible's copy: a temporary file renamed over it)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Host:
+    """A record path and a systemd unit directory in ``tmp``."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.units = tmp / "systemd" / "system"
+        self.units.mkdir(parents=True)
+        self.unit = self.units / "llama-server-speculative.service"
+        self.record = tmp / "speed-gate.json"
+
+    def install(self, unit_text: str) -> None:
+        put(self.unit, unit_text)
+
+    def write(self, unit_text: str | None = None, **kw: object) -> dict[str, object]:
+        """A record for the unit written with ``unit_text`` (the one on disk when None), as the deploy writes it."""
+        text = unit_text if unit_text is not None else self.unit.read_text()
+        record = {"plain_tps": 15.1, "speculative_tps": 9.1, "ratio": 0.6, "min_ratio": 1.0,
+                  "break_even_acceptance": 1.3, "verdict": "loses", "action": "fallback", "serving": "plain",
+                  "spec_type": "draft-simple", "mode": "side by side", "measured_at": "2026-11-23T14:00:00Z",
+                  "build_id": "x", "unit_file": str(self.unit), "installed_unit_sha256": sha(text), **kw}
+        record = {k: v for k, v in record.items() if v is not None}
+        put(self.record, json.dumps(record))
+        return record
+
+    def reader(self) -> SpeedGateFile:
+        return SpeedGateFile(str(self.record), unit_dirs=(str(self.units),))
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Host:
+    h = Host(tmp_path)
+    h.install(PLAIN_UNIT)
+    return h
+
+
+# ---- the four states -------------------------------------------------------------------------------------------
+
+def test_a_record_for_the_unit_on_disk_is_ok_with_its_figures(host: Host) -> None:
+    host.write()
+    r = host.reader().check()
+    assert r.state == OK and r.gate is not None
+    assert r.gate.numbers["plain_tps"] == 15.1 and r.gate.labels["serving"] == "plain"
+
+
+def test_no_file_is_missing(host: Host) -> None:
+    r = host.reader().check()
+    assert (r.state, r.gate) == (MISSING, None) and str(host.record) in r.why
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("{not json", "not valid JSON"),
+    ('{"verdict": "pays", ', "not valid JSON"),
+    ("", "not valid JSON"),
+    ("[1, 2]", "JSON list, not a record"),
+    ('{"verdict": "great"}', "verdict is 'great'"),
+    ('{"verdict": "pays", "plain_tps": NaN, "speculative_tps": 9}', "plain_tps is nan"),
+    ('{"verdict": "loses", "plain_tps": 15, "speculative_tps": -1}', "speculative_tps is -1"),
+    ('{"verdict": "loses", "plain_tps": 15, "speculative_tps": "fast"}', "speculative_tps is 'fast', not a number"),
+    ('{"verdict": "pays", "ratio": 1.2}', "without plain_tps and speculative_tps"),
+    ('{"verdict": "not_measured", "unit_file": "/etc/passwd", "installed_unit_sha256": "' + "0" * 64 + '"}',
+     "is not under"),
+    ('{"verdict": "not_measured", "unit_file": "units/x.service", "installed_unit_sha256": "' + "0" * 64 + '"}',
+     "not an absolute, normalised path"),
+    ('{"verdict": "not_measured", "unit_file": 7}', "unit_file is 7, not a path"),
+    ('{"verdict": "not_measured", "installed_unit_sha256": "ABC"}', "not a sha256 in lower-case hex"),
+])
+def test_what_is_not_a_record_is_invalid_and_says_why(host: Host, content: str, why: str) -> None:
+    put(host.record, content)
+    r = host.reader().check()
+    assert (r.state, r.gate) == (INVALID, None)
+    assert why in r.why and "re-run the deploy" in r.why, r.why
+
+
+def test_bytes_that_are_not_text_and_a_directory_are_invalid(host: Host) -> None:
+    host.record.write_bytes(b'{"verdict": "\xff"}')
+    assert "not UTF-8" in host.reader().check().why
+    host.record.unlink()
+    host.record.mkdir()
+    r = host.reader().check()
+    assert r.state == INVALID and "not a regular file" in r.why
+
+
+def test_a_unit_file_outside_the_systemd_directories_is_refused(host: Host) -> None:
+    """The exporter hashes no file but an installed unit: not /etc/shadow, not a path that climbs out."""
+    for bad in ("/etc/shadow", "/etc/systemd/system/../../shadow", "/etc/systemd/system", "/etc/systemd/systemd.x",
+                "//etc/systemd/system/x.service", "/etc/systemd/system/./x.service"):
+        assert unit_path_problem(bad), bad
+    for good in ("/etc/systemd/system/llama-server-speculative.service", "/run/systemd/system/x.service"):
+        assert unit_path_problem(good) == "" and unit_path_problem(good, UNIT_DIRS) == "", good
+    outside = host.units.parent / "elsewhere.service"
+    outside.write_text(PLAIN_UNIT)
+    host.write(unit_file=str(outside))
+    r = host.reader().check()
+    assert r.state == INVALID and "is not under" in r.why
+
+
+@pytest.mark.parametrize("drop", ["unit_file", "installed_unit_sha256"])
+def test_a_record_that_names_no_unit_is_stale(host: Host, drop: str) -> None:
+    """Records of deploys before issue 40 (no unit fields): nothing says they describe what runs."""
+    host.write(**{drop: None})
+    r = host.reader().check()
+    assert (r.state, r.gate) == (STALE, None) and "names no unit" in r.why
+
+
+def test_a_unit_file_that_is_gone_or_not_a_file_is_stale(host: Host) -> None:
+    host.write()
+    reader = host.reader()
+    assert reader.check().state == OK
+    host.unit.unlink()
+    r = reader.check()
+    assert (r.state, r.gate) == (STALE, None) and "cannot be read" in r.why
+    host.unit.mkdir()
+    assert reader.check().state == STALE
+
+
+def test_the_record_goes_stale_when_the_unit_changes_and_ok_when_the_deploy_rewrites_it(host: Host) -> None:
+    """The issue: a fallback's record (serving plain) kept being exported after the unit went back to speculating."""
+    reader = host.reader()
+    host.write()  # the fallback: serving plain, loses
+    assert reader.check().state == OK
+    host.install(SPECULATIVE_UNIT)  # the unit changed under the record (a later deploy, a hand edit)
+    r = reader.check()
+    assert (r.state, r.gate) == (STALE, None) and "has changed since the deploy wrote the record" in r.why
+    host.write(verdict="pays", serving="speculative", action="fallback", ratio=1.3, speculative_tps=19.6)
+    r = reader.check()
+    assert r.state == OK and r.gate is not None and r.gate.labels["serving"] == "speculative"
+    # and a unit put back as it was (a rollback with its record) is ok again with the old record
+    host.install(PLAIN_UNIT)
+    assert reader.check().state == STALE
+    host.write()
+    assert reader.check().state == OK
+
+
+@pytest.mark.parametrize("verdict", ["unproven", "not_measured"])
+def test_a_record_without_a_measurement_is_ok_and_has_no_figures(host: Host, verdict: str) -> None:
+    if verdict == "unproven":
+        host.write(verdict=verdict, unproven_because="the servers were not idle")
+    else:
+        host.write(verdict=verdict, plain_tps=None, speculative_tps=None, ratio=None, break_even_acceptance=None,
+                   min_ratio=None, action="off")
+    r = host.reader().check()
+    assert (r.state, r.gate) == (OK, None)
+    assert f"verdict {verdict}" in r.why
+
+
+def test_the_record_follows_every_change_on_disk(host: Host) -> None:
+    reader = host.reader()
+    steps = [
+        (lambda: None, MISSING),
+        (lambda: host.write(), OK),
+        (lambda: host.record.unlink(), MISSING),
+        (lambda: put(host.record, "{not json"), INVALID),
+        (lambda: host.write(), OK),
+        (lambda: host.install(SPECULATIVE_UNIT), STALE),
+        (lambda: host.write(), OK),
+    ]
+    for change, want in steps:
+        change()
+        assert reader.check().state == want
+
+
+# ---- cheap: two stat calls per scrape --------------------------------------------------------------------------
+
+def test_the_unit_is_hashed_only_when_it_changes_and_the_record_read_only_when_it_changes(host, monkeypatch):
+    hashed: list[str] = []
+    parsed: list[object] = []
+    real_sha, real_validate = speedgate.sha256_of, speedgate.validate
+    monkeypatch.setattr(speedgate, "sha256_of", lambda p: hashed.append(p) or real_sha(p))
+    monkeypatch.setattr(speedgate, "validate", lambda *a, **k: parsed.append(a) or real_validate(*a, **k))
+    host.write()
+    reader = host.reader()
+    for _ in range(5):
+        assert reader.check().state == OK
+    assert len(hashed) == 1 and len(parsed) == 1
+    os.utime(host.unit, (1, 1))  # touched (same bytes): hashed again, still ok
+    assert reader.check().state == OK and len(hashed) == 2 and len(parsed) == 1
+    host.install(SPECULATIVE_UNIT)
+    for _ in range(3):
+        assert reader.check().state == STALE
+    assert len(hashed) == 3 and len(parsed) == 1
+    host.write()
+    assert reader.check().state == OK and len(parsed) == 2 and len(hashed) == 3
+
+
+def test_each_change_of_state_is_logged_once_naming_why(host, caplog):
+    reader = host.reader()
+    with caplog.at_level(logging.INFO, logger="specops.exporter.speedgate"):
+        for _ in range(3):
+            reader.check()  # missing
+        host.write()
+        for _ in range(3):
+            reader.check()  # ok
+        host.install(SPECULATIVE_UNIT)
+        for _ in range(3):
+            reader.check()  # stale
+        put(host.record, "[]")
+        for _ in range(3):
+            reader.check()  # invalid
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in lines] == ["WARNING", "INFO", "WARNING", "WARNING"], lines
+    assert "is missing" in lines[0][1] and "is ok for" in lines[1][1]
+    assert f"stale: {host.unit} has changed" in lines[2][1] and "JSON list" in lines[3][1]
+    assert all("re-run the deploy" in msg for level, msg in lines if level == "WARNING")
+
+
+# ---- what the exporter exposes ---------------------------------------------------------------------------------
+
+def exposition(host: Host | None, record_path: str | None = None) -> dict[str, list]:
+    clock = FakeClock()
+    cfg: dict[str, object] = {}
+    if host is not None:
+        cfg = {"speed_gate_file": record_path or str(host.record), "speed_gate_unit_dirs": (str(host.units),)}
+    scraper = fake_scraper(FakeFetcher(), clock, **cfg)
+    scraper.scrape_once()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SpecopsCollector(scraper))
+    text = generate_latest(registry).decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def one_hot(fams: dict[str, list]) -> str:
+    samples = fams["specops_speed_gate_record_state"]
+    assert sorted(s.labels["state"] for s in samples) == sorted(STATES)
+    on = [s.labels["state"] for s in samples if s.value == 1]
+    assert len(on) == 1 and all(s.value in (0, 1) for s in samples), samples
+    return on[0]
+
+
+FIGURES = ("specops_speed_gate_plain_decode_tokens_per_second",
+           "specops_speed_gate_speculative_decode_tokens_per_second", "specops_speed_gate_ratio",
+           "specops_speed_gate_break_even_acceptance", "specops_speed_gate_timestamp_seconds",
+           "specops_speed_gate_info")
+
+
+def test_the_exporter_says_the_state_and_exports_figures_only_for_an_ok_measured_record(host: Host) -> None:
+    def figures(fams: dict[str, list]) -> list[str]:
+        return [name for name in FIGURES if name in fams]
+
+    fams = exposition(host)
+    assert one_hot(fams) == MISSING and figures(fams) == []
+    host.write()
+    fams = exposition(host)
+    assert one_hot(fams) == OK and figures(fams) == list(FIGURES)
+    assert fams["specops_speed_gate_plain_decode_tokens_per_second"][0].value == 15.1
+    assert fams["specops_speed_gate_info"][0].labels["serving"] == "plain"
+    host.install(SPECULATIVE_UNIT)
+    fams = exposition(host)
+    assert one_hot(fams) == STALE and figures(fams) == []  # never the stale verdict
+    put(host.record, "{not json")
+    fams = exposition(host)
+    assert one_hot(fams) == INVALID and figures(fams) == []
+    host.write(verdict="not_measured", plain_tps=None, speculative_tps=None, ratio=None, break_even_acceptance=None,
+               min_ratio=None, action="off")
+    fams = exposition(host)
+    assert one_hot(fams) == OK and figures(fams) == []
+
+
+def test_without_a_record_path_there_is_no_record_state(host: Host) -> None:
+    host.write()
+    fams = exposition(None)
+    assert "specops_speed_gate_record_state" not in fams and not any(n in fams for n in FIGURES)
