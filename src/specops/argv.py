@@ -14,6 +14,7 @@ import shlex
 from specops.capabilities import Capabilities
 from specops.knobs import DRAFT_TYPES, KNOBS, NGRAM_TYPES, SPEC, knob
 from specops.profile import ServerProfile
+from specops.unitfile import exec_line, is_number
 
 # the draft-model knobs, in the order they are written after the draft model and its type
 DRAFT_KNOBS = ("draft_n_max", "draft_n_min", "draft_p_min", "draft_ngl", "draft_threads", "draft_cache_type_k",
@@ -163,14 +164,6 @@ def check_extra_args(extra: list[str], caps: Capabilities) -> list[str]:
     return list(extra)
 
 
-def is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
-
-
 def shell_line(argv: list[str]) -> str:
     return shlex.join(argv)
 
@@ -179,6 +172,4 @@ def systemd_line(argv: list[str], multiline: bool = False) -> str:
     """Quote argv for ``ExecStart=``; ``multiline`` puts each flag on its own continued line. The escaping is
     the unit template's own (:func:`specops.unitfile.exec_line`), so `specops argv --format systemd` prints
     what the role writes."""
-    from specops.unitfile import exec_line
-
     return exec_line(argv, multiline=multiline)

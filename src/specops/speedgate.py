@@ -28,7 +28,7 @@ from typing import Any
 
 from specops.bench.stats import geomean_ratio_ci, mean
 from specops.knobs import knob
-from specops.soak.saturation_report import at_concurrency
+from specops.saturation_verdict import at_concurrency
 
 DECISIONS = ("fallback", "warn", "fail", "off")
 VERDICTS = ("pays", "loses", "unproven")

@@ -24,7 +24,15 @@ from __future__ import annotations
 
 import re
 
-from specops.argv import is_number
+
+def is_number(token: str) -> bool:
+    """A command-line token that is a number ("-1", "0.5"), not a flag."""
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NEEDS_QUOTES = set(" \t\"'\\;")

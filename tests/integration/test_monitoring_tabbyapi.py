@@ -41,6 +41,7 @@ EMPTY_ON_TABBYAPI = {
     # the deploy's speed gate (plain vs speculative on this host) is llama-server's; roles/tabbyapi has none
     "Draft acceptance vs this host's break-even [B]",
     "Decode speed vs plain decoding on this host [B]",
+    "Speed-gate record [A]",   # no record, no series (no --speed-gate-file for TabbyAPI)
 }
 
 

@@ -191,7 +191,9 @@ def test_the_draft_length_the_fit_assumes_is_the_deployed_one() -> None:
     args = build_parser().parse_args(["fit", "t.gguf"])
     params = fit_params(args, None)
     defaults = role_defaults()
-    assert params.draft_n_max == defaults["llama_server_draft_n_max"] == 2
+    from specops.knobs import knob
+
+    assert params.draft_n_max == defaults["llama_server_draft_n_max"] == knob("draft_n_max").default
     assert params.cache_type_v == defaults["llama_server_cache_type_v"]
     assert params.cache_ram_mib == defaults["llama_server_cache_ram_mib"]
 

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from specops.knobs import bench_knobs
-from specops.soak.saturation_report import meaning
+from specops.saturation_verdict import meaning
 
 DEFAULT_VARS_FILE = Path("inventory/group_vars/llama_servers/speculative.yml")
 
