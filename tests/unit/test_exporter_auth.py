@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
@@ -24,7 +23,7 @@ from specops.exporter.app import Exporter
 from specops.exporter.config import ExporterConfig
 from specops.exporter.state import Scraper
 from specops.server import free_port
-from tests.unit.standin_http import StandInHTTPServer
+from tests.unit.standin_http import serve
 
 CAP = Path(__file__).resolve().parents[1] / "fixtures" / "llama-server-0c1e57098"
 KEY = "sk-right-key"
@@ -67,10 +66,7 @@ class KeyedServer:
                 else:
                     self._send(404, b'{"error": "not found"}', "application/json")
 
-        self.httpd = StandInHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.httpd, self.url, self.thread = serve(Handler)
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -30,7 +30,7 @@ from specops.exporter.config import ExporterConfig
 from specops.exporter.logfollow import FileFollower
 from specops.exporter.state import Scraper
 from specops.server import free_port
-from tests.unit.standin_http import StandInHTTPServer
+from tests.unit.standin_http import serve
 
 CAP = Path(__file__).resolve().parents[1] / "fixtures" / "llama-server-0c1e57098"
 
@@ -106,11 +106,7 @@ class FaultServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self.httpd = StandInHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        # close() waits out one poll: 0.05 s, not the default 0.5 s (the fuzz starts a server per example)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.httpd, self.url, self.thread = serve(Handler)
 
     def close(self) -> None:
         """Gone as a killed server is: no listener, and the open keep-alive connections dropped too."""
