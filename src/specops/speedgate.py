@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specops.bench.stats import geomean_ratio_ci, mean
+from specops.exporter.speedgate import VERDICTS as EXPORTED_VERDICTS
 from specops.knobs import knob
 from specops.saturation_verdict import at_concurrency
 
@@ -181,7 +182,8 @@ def mode_from_fit(fit: Mapping[str, Any] | None) -> str:
     return SIDE_BY_SIDE if need <= float(fit["available_mib"]) else ONE_AFTER_THE_OTHER
 
 
-RECORD_VERDICTS = ("pays", "loses", "unproven", "not_measured")
+# the record's verdicts, as the exporter reads them (one list: the deploy's reader and the exporter's agree)
+RECORD_VERDICTS = EXPORTED_VERDICTS
 
 
 def read_record(text: str | None, path: str) -> tuple[dict[str, Any], str]:

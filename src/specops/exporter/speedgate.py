@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 _NUMBERS = ("plain_tps", "speculative_tps", "ratio", "break_even_acceptance", "min_ratio")
 _LABELS = ("verdict", "action", "serving", "spec_type", "mode", "measured_at", "build_id")
-VERDICTS = ("pays", "loses", "unproven", "not_measured")  # specops.speedgate.RECORD_VERDICTS
+VERDICTS = ("pays", "loses", "unproven", "not_measured")  # also the deploy's (specops.speedgate.read_record)
 MEASURED = ("pays", "loses")  # the verdicts whose figures are exported
 # Where the deploy installs systemd units; a record naming a unit file anywhere else is not one of ours (and the
 # exporter hashes no other file).
