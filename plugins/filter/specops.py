@@ -257,12 +257,14 @@ def specops_knob_vars(_: Any = None) -> list[str]:
     return [k.role_var for k in KNOBS if k.role]
 
 
-def specops_knob_profile(values: list[Any]) -> dict[str, Any]:
-    """The profile (knob name -> value) from the values of :func:`specops_knob_vars`, in that order."""
-    names = [k.name for k in KNOBS if k.role]
-    if len(values) != len(names):
-        raise AnsibleFilterError(f"specops_knob_profile: {len(values)} values for {len(names)} settings")
-    return dict(zip(names, values, strict=True))
+def specops_knob_profile(values: list[Any], backend: str | None = None) -> dict[str, Any]:
+    """The profile (knob name -> value) from the values of :func:`specops_knob_vars`, in that order; a setting
+    left null whose default differs per backend takes ``backend``'s from the knob table."""
+    knobs = [k for k in KNOBS if k.role]
+    if len(values) != len(knobs):
+        raise AnsibleFilterError(f"specops_knob_profile: {len(values)} values for {len(knobs)} settings")
+    return {k.name: (k.default_for(backend) if v is None and k.backend_defaults else v)
+            for k, v in zip(knobs, values, strict=True)}
 
 
 class FilterModule:

@@ -165,9 +165,10 @@ class ModelShape:
         return act + mask + scores
 
 
-def deployed(name: str) -> Any:
-    """What the service deploys for knob ``name`` (our default, else llama.cpp's): ``specops fit``'s default."""
-    return knob(name).effective_default
+def deployed(name: str, backend: str | None = None) -> Any:
+    """What the service deploys for knob ``name`` on ``backend`` (our default there, else llama.cpp's):
+    ``specops fit``'s default."""
+    return knob(name).deployed_for(backend)
 
 
 def unset(name: str) -> Any:

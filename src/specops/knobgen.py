@@ -32,10 +32,19 @@ def _scalar(value: object) -> str:
 
 
 def role_default(k: Knob) -> object:
-    """What the role writes for the knob: ours, or its 'not set' (null, or '' for a path the unit tests)."""
-    if k.default is None:
+    """What the role writes for the knob: ours, or its 'not set' (null, or '' for a path the unit tests); null
+    for a knob whose default differs per backend (the profile takes the host's backend's from the table)."""
+    if k.default is None or k.backend_defaults:
         return k.role_unset
     return k.default
+
+
+def backend_text(k: Knob) -> str:
+    """``null = per backend: cuda 16, others 2`` for a knob with per-backend defaults, else ''."""
+    if not k.backend_defaults:
+        return ""
+    each = ", ".join(f"{b} {_scalar(v)}" for b, v in k.backend_defaults)
+    return f"null = per backend: {each}, others {_scalar(k.default)}"
 
 
 def range_text(k: Knob) -> str:
@@ -47,7 +56,8 @@ def range_text(k: Knob) -> str:
 
 
 def _described(k: Knob) -> str:
-    extra = [f"llama.cpp: {_scalar(k.llama_default)}"] if k.llama_default is not None else []
+    extra = [backend_text(k)] if k.backend_defaults else []
+    extra += [f"llama.cpp: {_scalar(k.llama_default)}"] if k.llama_default is not None else []
     if range_text(k):
         extra.append(range_text(k))
     return k.doc + (f" ({'; '.join(extra)})" if extra else "")

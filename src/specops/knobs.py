@@ -61,6 +61,9 @@ class Knob:
     low: float | None = None  # the smallest value llama-server takes (None: no bound); checked at preflight
     high: float | None = None  # the largest
     role_unset: object = None  # how the role writes "not set" when there is no default of ours (null, or '')
+    # (backend, default) where a backend must differ from ``default`` (which every other backend takes): the role
+    # writes null for such a knob and the profile takes the host's backend's value from here
+    backend_defaults: tuple[tuple[str, object], ...] = ()
 
     def spellings(self, era: str = SPEC) -> tuple[str, ...]:
         """The spellings to try, preferred first, on a build of ``era``."""
@@ -106,6 +109,15 @@ class Knob:
         """What a server deployed with our defaults runs with: ours, else llama.cpp's."""
         return self.llama_default if self.default is None else self.default
 
+    def default_for(self, backend: str | None) -> object:
+        """Our default on a build of ``backend`` (cpu, cuda, vulkan, ...): its own where the table has one."""
+        return dict(self.backend_defaults).get((backend or "cpu").lower(), self.default)
+
+    def deployed_for(self, backend: str | None) -> object:
+        """What a server deployed with our defaults on ``backend`` runs with: ours there, else llama.cpp's."""
+        ours = self.default_for(backend)
+        return self.llama_default if ours is None else ours
+
     @property
     def role_var(self) -> str:
         """The service role's variable: ``llama_server_<name>`` (a few still wait for their rename)."""
@@ -131,10 +143,14 @@ KNOBS: tuple[Knob, ...] = (
          "(llama.cpp's own) or a speculative type", ("--spec-type",), legacy=(),
          value_flags=(("default", "--spec-default"),), default="auto", llama_default="none",
          choices=SPEC_TYPES, bench=True),
-    Knob("draft_n_max", "int", "max drafted tokens per step (see reports/speculative_benchmark.md)",
+    # CPU 2: byte-identical output and the cheapest verification on a 2-core CPU (reports/speculative_benchmark.md);
+    # CUDA 16: a verification batch costs ~2 steps from 8 to 17 tokens on an H100, the 14B target paid 1.39x at 16
+    # against 1.13x at 8 and 0.95x at 2 (reports/gpu-h100.md). Other GPU backends are not measured yet: the CPU's.
+    Knob("draft_n_max", "int", "max drafted tokens per step (see reports/speculative_benchmark.md and "
+         "reports/gpu-h100.md)",
          ("--spec-draft-n-max",), legacy=("--draft-max", "--draft"), aliases=("--draft-n",),
          per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-max"), ("ngram-cache", "--spec-draft-n-max")),
-         default=2, llama_default=3, fit=True, bench=True, low=0),
+         default=2, llama_default=3, fit=True, bench=True, low=0, backend_defaults=(("cuda", 16),)),
     Knob("draft_n_min", "int", "min drafted tokens per step", ("--spec-draft-n-min",),
          legacy=("--draft-min",), aliases=("--draft-n-min",),
          per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-min"),), llama_default=0, bench=True, low=0),
@@ -265,6 +281,10 @@ def markdown_table() -> str:
             return f"`{list(value)}`"
         return f"`{value}`"
 
+    def default_cell(k: Knob) -> str:
+        each = "".join(f", {b}: {cell(v)}" for b, v in k.backend_defaults)
+        return cell(k.default) + (f" (per backend{each})" if each else "")
+
     lines = [
         "| variable | default | llama.cpp | flag (0c1e57098 / legacy) | fit | bench | meaning |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -277,6 +297,6 @@ def markdown_table() -> str:
             spec += " (off: " + ", ".join(f"`{f}`" for f in k.off_flags) + ")"
         if k.legacy is not None and k.legacy != k.flags:
             spec += " / " + (", ".join(f"`{f}`" for f in k.legacy) or "none")
-        lines.append(f"| {name} | {cell(k.default)} | {cell(k.llama_default)} | {spec} | "
+        lines.append(f"| {name} | {default_cell(k)} | {cell(k.llama_default)} | {spec} | "
                      f"{'yes' if k.fit else ''} | {'yes' if k.bench else ''} | {k.doc} |")
     return "\n".join(lines) + "\n"

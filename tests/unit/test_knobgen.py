@@ -65,3 +65,35 @@ def test_a_new_setting_is_one_edit_of_the_table(tmp_path, monkeypatch):
 def test_a_file_without_markers_is_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="markers missing: add a line # BEGIN knobs"):
         knobgen.replace_section("a: 1\n", "b: 2\n", knobgen.YAML_BEGIN, knobgen.YAML_END)
+
+
+def _filters():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("specops_filters_knobgen", REPO / "plugins/filter/specops.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_per_backend_default_lives_in_the_table_and_the_role_reads_it_from_there():
+    """draft_n_max: the table says 2, cuda 16; the role writes null and its profile filter takes the build's
+    backend's value; a value the inventory sets wins on every backend."""
+    k = knobs.knob("draft_n_max")
+    assert (k.default_for("cpu"), k.default_for("cuda"), k.default_for("vulkan"), k.default_for(None)) == (2, 16, 2, 2)
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["llama_server_draft_n_max"] is None
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
+    opt = specs["argument_specs"]["main"]["options"]["llama_server_draft_n_max"]
+    assert "default" not in opt and "cuda 16, others 2" in opt["description"]
+    f = _filters()
+    names = f.specops_knob_vars()
+    unset = [None] * len(names)
+    assert f.specops_knob_profile(unset, "cuda")["draft_n_max"] == 16
+    assert f.specops_knob_profile(unset, "cpu")["draft_n_max"] == 2
+    assert f.specops_knob_profile(unset)["draft_n_max"] == 2
+    assert f.specops_knob_profile(unset, "cuda")["draft_n_min"] is None  # no per-backend default: stays unset
+    given = list(unset)
+    given[names.index("llama_server_draft_n_max")] = 4
+    assert f.specops_knob_profile(given, "cuda")["draft_n_max"] == 4

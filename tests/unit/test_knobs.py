@@ -174,6 +174,9 @@ def test_role_defaults_agree_with_the_table(k) -> None:
     if isinstance(value, str) and "{{" in value:  # computed by the role (model paths)
         assert k.default is None
         return
+    if k.backend_defaults:  # null in the role: the profile takes the build's backend's from the table
+        assert value is None, f"{var}: a per-backend default is null in the role, not {value!r}"
+        return
     assert _unset(value) == _unset(k.default), f"{var}: role default {value!r}, knob table {k.default!r}"
 
 
@@ -193,7 +196,11 @@ def test_the_draft_length_the_fit_assumes_is_the_deployed_one() -> None:
     defaults = role_defaults()
     from specops.knobs import knob
 
-    assert params.draft_n_max == defaults["llama_server_draft_n_max"] == knob("draft_n_max").default
+    # the role leaves it null: the profile takes the backend's default from the knob table
+    assert defaults["llama_server_draft_n_max"] is None
+    assert params.draft_n_max == knob("draft_n_max").default_for("cpu") == 2
+    cuda = fit_params(build_parser().parse_args(["fit", "t.gguf", "--backend", "cuda"]), None)
+    assert cuda.draft_n_max == knob("draft_n_max").default_for("cuda") == 16
     assert params.cache_type_v == defaults["llama_server_cache_type_v"]
     assert params.cache_ram_mib == defaults["llama_server_cache_ram_mib"]
 
@@ -223,7 +230,8 @@ def test_role_readme_settings_table_is_the_generated_one() -> None:
 def test_markdown_table_has_one_row_per_knob() -> None:
     rows = [line for line in markdown_table().splitlines() if line.startswith("| `")]
     assert len(rows) == len(KNOBS)
-    assert any("`llama_server_draft_n_max` | `2` | `3` | `--spec-draft-n-max` / `--draft-max`, `--draft`" in r
+    assert any("`llama_server_draft_n_max` | `2` (per backend, cuda: `16`) | `3` | `--spec-draft-n-max` / "
+               "`--draft-max`, `--draft`" in r
                for r in rows)
 
 

@@ -49,7 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for k in fit_knobs():
         if k.name in _PATHS:
             continue
-        text = f"{k.doc}; default: what the service deploys, {deployed(k.name)} (llama.cpp's: {k.llama_default})"
+        each = "".join(f", on {b} {v}" for b, v in k.backend_defaults)
+        text = (f"{k.doc}; default: what the service deploys, {deployed(k.name)}{each} "
+                f"(llama.cpp's: {k.llama_default})")
         if k.type == "bool":
             p.add_argument(*options(k), dest=k.name, action="store_true", default=None, help=text)
         else:
@@ -90,7 +92,7 @@ def fit_params(args: argparse.Namespace, profile: dict | None) -> FitParams:
             if value is None and k.name in profile:
                 llama = unset(k.name)
                 value = llama if llama not in (None, 0, -1) else None
-        values[k.name] = _typed(k, deployed(k.name) if value is None else value)
+        values[k.name] = _typed(k, k.deployed_for(args.backend) if value is None else value)
     values["flash_attn"] = values["flash_attn"] != "off"
     return FitParams(**values, margin=args.margin)
 

@@ -1,0 +1,1 @@
+"""specops tune: find the speculation profile that pays on this host (candidates, prediction, measurement)."""
