@@ -16,6 +16,7 @@ Names are also a small grammar so users can ask for arms not in the standard lis
 ``ngram-mod-n<K>``        ngram-mod drafting at most K tokens (its default is 48..64)
 ``ngram-simple-m<M>``     ngram-simple / ngram-map-k with an M-token draft (default 48)
 ``exact-ngram-…``         any of the two above with the exact profile's numerics
+``exact-<type>``          an n-gram type or ``spec-default`` (no draft model) with the exact profile's numerics
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ def parse_arm(name: str) -> Arm:
     fixed = _fixed_arms()
     if name in fixed:
         return fixed[name]
+    plain = fixed.get(name.removeprefix("exact-"))
+    if name.startswith("exact-") and plain is not None and plain.draft is None and plain.speculative:
+        return Arm(name, f"exact profile ({spell(**EXACT_CACHE)}), {plain.description}",
+                   {**plain.profile, **EXACT_CACHE}, reference="exact-baseline", family="exact")
     m = _DRAFT.match(name)
     if m:
         k, p, nmin = int(m.group(1)), m.group(2), m.group(3)

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,14 +59,15 @@ def draft_arm(k: int) -> str:
 
 
 def predict(costs: StepCosts, over: Overheads, draft_probe: Probe | None, lengths: Sequence[int],
-            other_probes: Sequence[Probe] = (), no_draft_costs: StepCosts | None = None) -> list[Prediction]:
+            other_probes: Sequence[Probe] = (), no_draft_costs: StepCosts | None = None,
+            name_of: Callable[[int], str] = draft_arm) -> list[Prediction]:
     """A prediction per candidate: each draft length from ``draft_probe`` (the longest length run), each other
     probe (n-gram types, ``default``) from its own counters, priced without a draft model."""
     out: list[Prediction] = []
     if draft_probe is not None:
         surv = survival(draft_probe.per_pos, draft_probe.run.drafts)
         for k in lengths:
-            name = draft_arm(k)
+            name = name_of(k)
             if k > len(surv):
                 out.append(Prediction(name, None, f"longer than the probe's {len(surv)} positions"))
                 continue

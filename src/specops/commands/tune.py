@@ -1,0 +1,360 @@
+"""``specops tune``: find the speculation profile that pays on this host, or say that none does.
+
+1. **Ceiling**: llama-bench on this host's device prices a verification batch and a draft step.
+2. **Probes**: a plain server and one server per kind of candidate, each alone on the machine for a few prompts
+   (the draft model at the longest and the shortest length, every n-gram type the build has, llama.cpp's
+   ``--spec-default``): the server's own overheads and the acceptance per draft position.
+3. **Predict** every candidate (:mod:`specops.bench.costmodel`), drop what cannot clear plain decoding.
+4. **Measure** the best few side by side against plain decoding (the bench's paired design, its A/A check and
+   identity rule, within what is left of ``--budget``).
+5. **Choose**: the fastest candidate confidently faster than plain decoding (and identical in output under the
+   identity rule), else plain decoding; per workload, what each would prefer. Written to ``tune.json`` with every
+   candidate's figures.
+
+Runs with or without Ansible, on any machine with a llama.cpp build (no systemd needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specops.bench import ceiling as ceil
+from specops.bench.arms import EXACT_CACHE, parse_arm
+from specops.bench.costmodel import Overheads, StepCosts, fit_overheads
+from specops.bench.runner import BenchConfig, Progress
+from specops.bench.stats import Interval
+from specops.bench.store import ResultStore
+from specops.bench.tasks import Task, TaskError, load_tasks, workloads_of
+from specops.capabilities import Capabilities
+from specops.paths import cache_dir
+from specops.tune import decide, probes
+
+NAME = "tune"
+HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
+
+DEFAULT_PREFIX = Path("/opt/llama.cpp/current")
+CEILING_KS = (1, 2, 3, 5, 9, 13, 17)
+
+
+class TuneError(RuntimeError):
+    pass
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", type=Path, required=True, help="target GGUF")
+    p.add_argument("--draft", type=Path, help="draft GGUF (draft-length candidates need one)")
+    p.add_argument("--llama-prefix", type=Path,
+                   help=f"llama.cpp install (bin/llama-server, bin/llama-bench, capabilities.json); default "
+                        f"$SPECOPS_LLAMA_PREFIX, else {DEFAULT_PREFIX}")
+    p.add_argument("--lengths", default=",".join(map(str, decide.DRAFT_LENGTHS)),
+                   help="draft lengths to consider (comma list; default %(default)s)")
+    p.add_argument("--ngram", default="auto",
+                   help="n-gram types to consider: auto (every type the build lists), a comma list, or '' (none)")
+    p.add_argument("--no-default", action="store_true", help="leave out llama.cpp's --spec-default")
+    p.add_argument("--budget", type=float, default=6.0, metavar="MINUTES",
+                   help="the whole tune's time; what is still open when it runs out is reported (default 6)")
+    p.add_argument("--top", type=int, default=3, help="candidates measured against plain decoding (default 3)")
+    p.add_argument("--margin", type=float, default=0.05,
+                   help="a candidate is measured only if predicted at least 1 + this (default 0.05)")
+    p.add_argument("--probe-tasks", type=int, default=1, help="probe prompts per workload (default 1)")
+    p.add_argument("--probe-tokens", type=int, default=64, help="tokens per probe prompt (default 64)")
+    p.add_argument("--tasks", action="append", type=Path,
+                   help="task JSONL file (repeatable); default: the bench's standard set")
+    p.add_argument("--workloads", default="", help="only these workloads (comma list)")
+    p.add_argument("--limit-per-workload", type=int, default=3,
+                   help="tasks per workload in the side-by-side measurement (default 3)")
+    p.add_argument("--max-tokens", type=int, default=96, help="tokens per measured request (default 96)")
+    p.add_argument("--threads", type=int, help="server threads (default: llama.cpp's)")
+    p.add_argument("--ctx-size", type=int, default=4096)
+    p.add_argument("--rule", choices=("identical", "fastest"), default="identical",
+                   help="identical (default): only a candidate whose output matched plain decoding may win")
+    p.add_argument("--predict-only", action="store_true", help="stop after the predictions (no measurement)")
+    p.add_argument("--work-dir", type=Path, help="where servers' logs and results go (default: the cache)")
+    p.add_argument("--out", type=Path, help="write the result JSON here too")
+    p.add_argument("--quiet", action="store_true")
+
+
+def _err(msg: str) -> None:
+    print(f"specops tune: {msg}", file=sys.stderr, flush=True)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        out = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise TuneError(f"--lengths must be a comma list of numbers, got {text!r}") from None
+    if not out or out[0] < 1:
+        raise TuneError(f"--lengths must be draft lengths of at least 1, got {text!r}")
+    return out
+
+
+@dataclass
+class Setup:
+    prefix: Path
+    caps: Capabilities
+    cfg: BenchConfig
+    store: ResultStore
+    work: Path
+    lengths: list[int]
+    names: list[str]
+    probe_tasks: list[Task]
+    deadline: float
+    started: float
+    progress: Progress
+    open: list[str] = field(default_factory=list)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def _setup(args: argparse.Namespace) -> Setup:
+    prefix = args.llama_prefix or Path(os.environ.get("SPECOPS_LLAMA_PREFIX") or DEFAULT_PREFIX)
+    server, bench, caps_file = prefix / "bin" / "llama-server", prefix / "bin" / "llama-bench", \
+        prefix / "capabilities.json"
+    if not server.exists() or not caps_file.exists():
+        raise TuneError(f"no llama.cpp build at {prefix} (bin/llama-server and capabilities.json); pass "
+                        "--llama-prefix; nothing was changed")
+    if not bench.exists():
+        raise TuneError(f"{bench} is missing: the tune prices candidates with llama-bench (build its target); "
+                        "nothing was changed")
+    for label, path in (("target", args.target), ("draft", args.draft)):
+        if path is not None and not Path(path).is_file():
+            raise TuneError(f"{label} model {path} not found; nothing was changed")
+    if args.budget <= 0 or args.top < 1 or args.probe_tasks < 1 or args.probe_tokens < 8 or args.max_tokens < 8:
+        raise TuneError("--budget must be > 0, --top and --probe-tasks >= 1, --probe-tokens and --max-tokens >= 8")
+    lengths = _ints(args.lengths)
+    caps = Capabilities.load(caps_file)
+    ngram = None if args.ngram == "auto" else [t for t in args.ngram.split(",") if t.strip()]
+    missing = [t for t in ngram or [] if t not in caps.spec_types]
+    if missing:
+        raise TuneError(f"this build has no speculative type {', '.join(missing)} (it lists: "
+                        f"{', '.join(caps.spec_types) or 'none'}); nothing was changed")
+    has_default = bool(caps.has("--spec-default")) and not args.no_default
+    names = probes.candidates(lengths, args.draft is not None, caps.spec_types, ngram, has_default)
+    if not names:
+        raise TuneError("no candidate: give --draft, or leave --ngram at auto on a build with n-gram types")
+    try:
+        tasks = load_tasks(args.tasks, [w for w in args.workloads.split(",") if w.strip()] or None,
+                           max(args.limit_per_workload, args.probe_tasks))
+    except TaskError as exc:
+        raise TuneError(str(exc)) from exc
+    probe_tasks = [t for w in workloads_of(tasks) for t in [x for x in tasks if x.workload == w][:args.probe_tasks]]
+    work = args.work_dir or cache_dir() / "tune" / time.strftime("%Y%m%dT%H%M%S")
+    store = ResultStore(work)
+    cfg = BenchConfig(target=Path(args.target), draft=args.draft, server_binary=server, caps=caps,
+                      tasks=tasks, max_tokens=args.probe_tokens, threads=args.threads,
+                      draft_threads=args.threads, ctx_size=args.ctx_size, interleave="requests")
+    now = time.monotonic()
+    return Setup(prefix, caps, cfg, store, work, lengths, names, probe_tasks, now + args.budget * 60, now,
+                 Progress(quiet=args.quiet))
+
+
+def _ceiling(s: Setup, args: argparse.Namespace) -> tuple[StepCosts, dict[str, Any]]:
+    num = ceil.Numerics.of_profile(EXACT_CACHE, {})
+    kmax = max(s.lengths) + 1 if args.draft else 2
+    ks = sorted({k for k in CEILING_KS if k <= kmax} | {kmax})
+    drafts = {"draft": Path(args.draft)} if args.draft else {}
+    try:
+        data = ceil.measure(s.prefix / "bin" / "llama-bench", Path(args.target), [num], drafts, reps=3,
+                            threads=args.threads, progress=s.progress.note, ks=ks, draft_k_max=kmax)
+    except ceil.CeilingError as exc:
+        raise TuneError(f"llama-bench failed: {str(exc).splitlines()[0]}; nothing was changed") from exc
+    tgt = data["target"][num.name]
+    t1 = float(tgt["batch_s"][1])
+    rel = {int(k): float(v) for k, v in tgt["relative"].items()}
+    if not args.draft:
+        return StepCosts(t1, rel), data
+    d = data["draft"]["draft"]
+    return StepCosts(t1, rel, float(data["draft_step_s"]["draft"]),
+                     {int(k): float(v) for k, v in d["relative"].items()}), data
+
+
+def _probe_names(s: Setup, has_draft: bool) -> list[str]:
+    """The plain server, the longest and the shortest draft length, each candidate without a draft model."""
+    out = [probes.PLAIN_ARM]
+    if has_draft:
+        out += [probes.draft_candidate(max(s.lengths))]
+        if min(s.lengths) != max(s.lengths):
+            out.append(probes.draft_candidate(min(s.lengths)))
+    out += [n for n in s.names if parse_arm(n).draft is None]
+    return out
+
+
+def _run_probes(s: Setup, has_draft: bool) -> dict[str, probes.ProbeResult]:
+    out: dict[str, probes.ProbeResult] = {}
+    for name in _probe_names(s, has_draft):
+        if s.left() <= 0 and name != probes.PLAIN_ARM:
+            s.open.append(f"{name}: not probed (budget spent)")
+            continue
+        out.update(probes.run_probes([name], s.cfg, s.store, s.probe_tasks, s.progress.note))
+    plain = out.get(probes.PLAIN_ARM)
+    if plain is None or plain.error or plain.run.n_tokens <= 0:
+        why = plain.error if plain else "not run"
+        raise TuneError(f"the plain server could not be measured ({why}); nothing was changed")
+    return out
+
+
+def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
+             has_draft: bool) -> tuple[Overheads, list[decide.Prediction]]:
+    draft_runs = [found[n].run for n in (probes.draft_candidate(max(s.lengths)), probes.draft_candidate(
+        min(s.lengths))) if n in found and not found[n].error]
+    over = fit_overheads(costs, found[probes.PLAIN_ARM].run, draft_runs)
+    longest = found.get(probes.draft_candidate(max(s.lengths))) if has_draft else None
+    draft_probe = (decide.Probe(longest.arm, longest.run, longest.per_pos, max(s.lengths))
+                   if longest and not longest.error and longest.run.drafts > 0 else None)
+    others = [decide.Probe(n, found[n].run, found[n].per_pos) for n in s.names
+              if parse_arm(n).draft is None and n in found and not found[n].error]
+    preds = decide.predict(costs, over, draft_probe, s.lengths if has_draft else [], others,
+                           name_of=probes.draft_candidate)
+    known = {p.name for p in preds}
+    for n in s.names:
+        if n not in known:
+            why = found[n].error if n in found and found[n].error else "not probed"
+            preds.append(decide.Prediction(n, None, why))
+    return over, preds
+
+
+def _measure(s: Setup, args: argparse.Namespace, chosen: list[str]) -> dict[str, Any] | None:
+    """The shortlist side by side with plain decoding: the bench's paired design, A/A check and identity rule."""
+    from specops.commands import bench
+
+    minutes = s.left() / 60
+    if minutes < 0.5:
+        s.open.append(f"{', '.join(chosen)}: not measured (budget spent before the measurement)")
+        return None
+    argv = ["--target", str(args.target), "--llama-prefix", str(s.prefix), "--arms", ",".join(chosen),
+            "--no-ceiling", "--budget", f"{minutes:.2f}", "--limit-per-workload", str(args.limit_per_workload),
+            "--max-tokens", str(args.max_tokens), "--ctx-size", str(args.ctx_size), "--work-dir",
+            str(s.work / "measure"), "--fresh", "--report", str(s.work / "measure.md"), "--assets",
+            str(s.work / "measure-assets"), "--no-vars", "--rule", args.rule, "--interleave", "slices"]
+    if args.draft:
+        argv += ["--draft", str(args.draft)]
+    if args.workloads:
+        argv += ["--workloads", args.workloads]
+    for path in args.tasks or ():
+        argv += ["--tasks", str(path)]
+    if args.threads:
+        argv += ["--threads", str(args.threads)]
+    if args.quiet:
+        argv.append("--quiet")
+    parser = argparse.ArgumentParser(prog="specops bench")
+    bench.add_arguments(parser)
+    rc = bench.run(parser.parse_args(argv))
+    raw = s.work / "measure-assets" / "results.json"
+    if rc != 0 or not raw.exists():
+        s.open.append(f"the side-by-side measurement ended with exit {rc}: see {s.work / 'measure'}")
+        return None
+    return dict(json.loads(raw.read_text()))
+
+
+def _measured(results: dict[str, Any], names: list[str]) -> list[decide.Measured]:
+    out = []
+    for n in names:
+        aw = (results.get("summary", {}).get(n) or {}).get("all") or {}
+        sp = aw.get("speedup")
+        if not sp:
+            continue
+        identical = aw.get("identical") == aw.get("compared") and (aw.get("compared") or 0) > 0
+        out.append(decide.Measured(n, Interval(sp["estimate"], sp.get("low"), sp.get("high"), sp.get("n", 0)),
+                                   identical if aw.get("compared") else None))
+    return out
+
+
+def profile_vars(name: str) -> dict[str, Any]:
+    """The role variables that deploy candidate ``name`` (its speculative settings; plain: spec_type none)."""
+    if name == decide.PLAIN:
+        return {"llama_server_spec_type": "none"}
+    prof = {k: v for k, v in parse_arm(name).profile.items() if k not in EXACT_CACHE}
+    spec = prof.get("spec_type")
+    if spec in ceil.NGRAM_DRAFT_N_MAX and "draft_n_max" not in prof and spec in ("ngram-mod", "ngram-cache"):
+        prof["draft_n_max"] = ceil.NGRAM_DRAFT_N_MAX[spec]  # llama.cpp's own for the type, not the role's 2
+    return {f"llama_server_{k}": v for k, v in prof.items()}
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = ["| candidate | predicted | how | measured vs plain | identical | verdict |",
+             "| --- | ---: | --- | ---: | :---: | --- |"]
+    for c in result["candidates"]:
+        pred = f"{c['predicted']:.2f}×" if c.get("predicted") is not None else "—"
+        meas = c.get("measured") or "—"
+        ident = {True: "yes", False: "no"}.get(c.get("identical"), "—")
+        lines.append(f"| {c['name']} | {pred} | {c['how']} | {meas} | {ident} | {c['verdict']} |")
+    return "\n".join(lines)
+
+
+def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: list[decide.Prediction],
+            shortlisted: list[str], dropped: dict[str, str], measured: list[decide.Measured],
+            choice: decide.Choice, bench: dict[str, Any] | None, found: dict[str, probes.ProbeResult]) -> dict:
+    by_m = {m.name: m for m in measured}
+    rows = []
+    for p in preds:
+        m = by_m.get(p.name)
+        verdict = ("chosen" if p.name == choice.chosen else "runner-up" if p.name == choice.runner_up
+                   else dropped.get(p.name) or ("measured" if m else "shortlisted, not measured"
+                                                if p.name in shortlisted else "not measured"))
+        rows.append({"name": p.name, "predicted": p.predicted, "how": p.how,
+                     "measured": m.speedup.fmt() if m else None,
+                     "measured_interval": m.speedup.to_dict() if m else None,
+                     "identical": m.identical if m else None, "verdict": verdict,
+                     "vars": profile_vars(p.name)})
+    per_wl = {wl: pk.get("arm") for wl, pk in ((bench or {}).get("recommendation") or {}).items()}
+    return {
+        "chosen": choice.chosen, "runner_up": choice.runner_up, "reason": choice.reason,
+        "vars": profile_vars(choice.chosen), "per_workload": per_wl, "candidates": rows,
+        "overheads": over.to_dict() if over else None, "probes": {n: r.to_dict() for n, r in found.items()},
+        "open": s.open, "rule": args.rule, "budget_s": args.budget * 60,
+        "elapsed_s": round(time.monotonic() - s.started, 1), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "build": {"commit": s.caps.commit, "prefix": str(s.prefix)},
+        "models": {"target": str(args.target), "target_size": Path(args.target).stat().st_size,
+                   "draft": str(args.draft) if args.draft else None,
+                   "draft_size": Path(args.draft).stat().st_size if args.draft else None},
+        "concurrency": "one stream: the figures are for one request at a time (--parallel 1)",
+        "work_dir": str(s.work),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        s = _setup(args)
+        s.progress.note(f"tune: {len(s.names)} candidates ({', '.join(s.names)}), budget {args.budget:g} min; "
+                        f"work in {s.work}")
+        costs, ceiling_data = _ceiling(s, args)
+        s.store.save_json("ceiling.json", ceiling_data)
+        found = _run_probes(s, args.draft is not None)
+        over, preds = _predict(s, costs, found, args.draft is not None)
+    except TuneError as exc:
+        _err(str(exc))
+        return 2
+    shortlisted, dropped = decide.shortlist(preds, args.top, args.margin)
+    bench = None
+    if shortlisted and not args.predict_only:
+        bench = _measure(s, args, shortlisted)
+    measured = _measured(bench or {}, shortlisted)
+    choice = decide.choose(measured, need_identical=args.rule == "identical")
+    if not shortlisted:
+        choice = decide.Choice(decide.PLAIN, None, "no candidate is predicted to beat plain decoding by "
+                               f"{args.margin:.0%}: plain decoding, nothing measured", {})
+    result = _result(s, args, over, preds, shortlisted, dropped, measured, choice, bench, found)
+    text = json.dumps(result, indent=1, default=str)
+    s.store.root.mkdir(parents=True, exist_ok=True)
+    (s.work / "tune.json").write_text(text)
+    if args.out:
+        args.out.write_text(text)
+    print(table(result))
+    print(f"\nchosen: {result['chosen']} — {result['reason']}")
+    if result["runner_up"]:
+        print(f"runner-up: {result['runner_up']}")
+    for wl, arm in result["per_workload"].items():
+        print(f"  {wl} would prefer: {arm}")
+    for line in s.open:
+        print(f"  still open: {line}")
+    print(f"variables: {json.dumps(result['vars'])}\nresult: {s.work / 'tune.json'} "
+          f"({result['elapsed_s']:.0f} s of {args.budget:g} min)")
+    return 0

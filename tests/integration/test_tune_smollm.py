@@ -1,0 +1,56 @@
+"""specops tune end to end with real processes: llama-bench, probe servers one at a time, predictions, the
+side-by-side measurement of what may pay, the choice and its record. SmolLM2-135M is its own draft (a draft as
+costly as the target cannot pay on a CPU: the draft lengths must be predicted below plain decoding and never
+measured); ngram-simple on a repeated list may pay or not - either way its figures must be there. Checks the
+mechanics, not speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specops.cli import main
+from tests import lab
+from tests.integration.test_bench_smollm import TASKS
+
+pytestmark = pytest.mark.integration
+
+
+def test_tune_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Path, capsys) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
+    out = tmp_path / "tune.json"
+    rc = main(["tune", "--llama-prefix", str(llama_build.prefix), "--target", str(smollm), "--draft", str(smollm),
+               "--tasks", str(tasks), "--lengths", "2,4", "--ngram", "ngram-simple", "--no-default",
+               "--budget", "5", "--probe-tokens", "24", "--max-tokens", "24", "--threads", "1", "--ctx-size", "1024",
+               "--limit-per-workload", "3", "--rule", "fastest", "--work-dir", str(tmp_path / "work"),
+               "--out", str(out), "--quiet"])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    res = json.loads(out.read_text())
+    by = {c["name"]: c for c in res["candidates"]}
+    assert set(by) == {"exact-n2", "exact-n4", "exact-ngram-simple"}
+    # the probes ran alone and speculated: the draft probes at the longest and shortest length, the n-gram one
+    probes = res["probes"]
+    assert set(probes) == {"exact-baseline", "exact-n4", "exact-n2", "exact-ngram-simple"}
+    assert probes["exact-baseline"]["drafts"] == 0 and probes["exact-baseline"]["n_tokens"] > 0
+    for name in ("exact-n4", "exact-n2"):
+        assert probes[name]["drafts"] > 0 and probes[name]["per_pos"], probes[name]
+        assert probes[name]["accepted"] > 0  # the draft is the target itself
+    over = res["overheads"]
+    assert over["runs"] == 2 and over["per_token_ms"] >= 0 and over["per_round_ms"] >= 0
+    # self-speculation on a CPU: predicted below plain decoding, dropped without a measurement
+    for name in ("exact-n2", "exact-n4"):
+        assert by[name]["predicted"] < 1.05 and "cannot clear plain decoding" in by[name]["verdict"]
+        assert by[name]["measured"] is None
+    ng = by["exact-ngram-simple"]
+    assert ng["predicted"] is not None and "its own probe" in ng["how"]
+    if ng["predicted"] >= 1.05:  # shortlisted: measured side by side with plain decoding (or said open)
+        assert ng["measured"] is not None or res["open"], res
+    assert res["chosen"] in ("plain", "exact-ngram-simple")
+    assert res["vars"]["llama_server_spec_type"] == ("none" if res["chosen"] == "plain" else "ngram-simple")
+    assert res["build"]["commit"] and res["elapsed_s"] > 0
+    # what the user reads: the table and the choice
+    assert "| exact-n4 |" in printed and "chosen: " in printed and "variables: " in printed

@@ -1,0 +1,72 @@
+"""specops tune's inputs and outputs that need no server: candidates, refusals in one line, the variables a
+choice deploys, the table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specops.cli import main
+from specops.commands.tune import profile_vars, table
+from specops.tune import probes
+
+pytestmark = pytest.mark.fast
+
+TYPES = ["none", "draft-simple", "draft-mtp", "ngram-simple", "ngram-mod", "ngram-cache"]
+
+
+def test_candidates_follow_the_build_and_the_models():
+    assert probes.candidates([16, 2, 8], True, TYPES, None) == [
+        "exact-n2", "exact-n8", "exact-n16", "exact-ngram-simple", "exact-ngram-mod", "exact-ngram-cache",
+        "exact-spec-default"]
+    assert probes.candidates([2, 4], False, TYPES, ["ngram-mod"], with_default=False) == ["exact-ngram-mod"]
+    assert probes.candidates([2], False, TYPES, [], with_default=False) == []
+
+
+def test_the_variables_a_choice_deploys():
+    assert profile_vars("plain") == {"llama_server_spec_type": "none"}
+    assert profile_vars("exact-n16") == {"llama_server_spec_type": "draft-simple", "llama_server_draft_n_max": 16}
+    # an n-gram type gets llama.cpp's own draft length for it, not the role's draft-model default
+    assert profile_vars("exact-ngram-mod") == {"llama_server_spec_type": "ngram-mod", "llama_server_draft_n_max": 64}
+    assert profile_vars("exact-ngram-simple") == {"llama_server_spec_type": "ngram-simple"}
+    assert profile_vars("exact-spec-default") == {"llama_server_spec_type": "default"}
+
+
+def test_table_rows():
+    text = table({"candidates": [
+        {"name": "exact-n16", "predicted": 1.39, "how": "probe", "measured": "1.40× [1.35, 1.45]", "identical": True,
+         "verdict": "chosen"},
+        {"name": "exact-n2", "predicted": 0.9, "how": "probe", "measured": None, "identical": None,
+         "verdict": "predicted 0.90×: cannot clear plain decoding by 5%"}]})
+    assert "| exact-n16 | 1.39× | probe | 1.40× [1.35, 1.45] | yes | chosen |" in text
+    assert "| exact-n2 | 0.90× | probe | — | — | predicted 0.90×" in text
+
+
+def _prefix(tmp_path: Path, bench: bool) -> Path:
+    bindir = tmp_path / "llama" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "llama-server").write_text("")
+    if bench:
+        (bindir / "llama-bench").write_text("")
+    (tmp_path / "llama" / "capabilities.json").write_text(json.dumps({"spec_types": TYPES, "options": []}))
+    return tmp_path / "llama"
+
+
+@pytest.mark.parametrize(("extra", "bench", "expected"), [
+    ([], False, "llama-bench is missing"),
+    (["--ngram", "ngram-map-k"], True, "this build has no speculative type ngram-map-k"),
+    (["--lengths", "0,4"], True, "--lengths must be draft lengths of at least 1"),
+    (["--lengths", "x"], True, "--lengths must be a comma list of numbers"),
+    (["--draft", "/nonexistent.gguf"], True, "draft model /nonexistent.gguf not found"),
+])
+def test_bad_input_is_one_line_and_changes_nothing(tmp_path, capsys, extra, bench, expected):
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"GGUF")
+    work = tmp_path / "work"
+    rc = main(["tune", "--target", str(target), "--llama-prefix", str(_prefix(tmp_path, bench)),
+               "--work-dir", str(work), *extra])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and expected in err and len(err.splitlines()) == 1, err
+    assert not work.exists()
