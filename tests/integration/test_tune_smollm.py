@@ -52,5 +52,9 @@ def test_tune_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Pa
     assert res["chosen"] in ("plain", "exact-ngram-simple")
     assert res["vars"]["llama_server_spec_type"] == ("none" if res["chosen"] == "plain" else "ngram-simple")
     assert res["build"]["commit"] and res["elapsed_s"] > 0
+    # the plain server was probed twice (before and after the others): both count, the drift is recorded
+    assert probes["exact-baseline"]["n_tokens"] >= 2 * probes["exact-n4"]["n_tokens"] * 0.9
+    assert isinstance(res["plain_drift"], float)
+    assert set(res["phases_s"]) >= {"ceiling", "probes"}
     # what the user reads: the table and the choice
     assert "| exact-n4 |" in printed and "chosen: " in printed and "variables: " in printed

@@ -19,10 +19,16 @@ TYPES = ["none", "draft-simple", "draft-mtp", "ngram-simple", "ngram-mod", "ngra
 
 def test_candidates_follow_the_build_and_the_models():
     assert probes.candidates([16, 2, 8], True, TYPES, None) == [
-        "exact-n2", "exact-n8", "exact-n16", "exact-ngram-simple", "exact-ngram-mod", "exact-ngram-cache",
+        "exact-n2", "exact-n8", "exact-n16", "exact-ngram-mod", "exact-ngram-simple", "exact-ngram-cache",
         "exact-spec-default"]
     assert probes.candidates([2, 4], False, TYPES, ["ngram-mod"], with_default=False) == ["exact-ngram-mod"]
     assert probes.candidates([2], False, TYPES, [], with_default=False) == []
+
+
+def test_every_ngram_type_has_a_place_in_the_probe_order():
+    from specops.knobs import NGRAM_TYPES
+
+    assert sorted(probes.NGRAM_ORDER) == sorted(NGRAM_TYPES)
 
 
 def test_the_variables_a_choice_deploys():

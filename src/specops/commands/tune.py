@@ -27,7 +27,7 @@ from typing import Any
 
 from specops.bench import ceiling as ceil
 from specops.bench.arms import EXACT_CACHE, parse_arm
-from specops.bench.costmodel import Overheads, StepCosts, fit_overheads
+from specops.bench.costmodel import Overheads, Run, StepCosts, fit_overheads
 from specops.bench.runner import BenchConfig, Progress
 from specops.bench.stats import Interval
 from specops.bench.store import ResultStore
@@ -41,6 +41,7 @@ HELP = "find the speculation profile that pays on this host (or plain decoding),
 
 DEFAULT_PREFIX = Path("/opt/llama.cpp/current")
 CEILING_KS = (1, 2, 3, 5, 9, 13, 17)
+MAX_DRIFT = 0.15  # the plain server's speed may move this much between the first and the last probe
 
 
 class TuneError(RuntimeError):
@@ -64,7 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=float, default=0.05,
                    help="a candidate is measured only if predicted at least 1 + this (default 0.05)")
     p.add_argument("--probe-tasks", type=int, default=1, help="probe prompts per workload (default 1)")
-    p.add_argument("--probe-tokens", type=int, default=64, help="tokens per probe prompt (default 64)")
+    p.add_argument("--probe-tokens", type=int, default=48, help="tokens per probe prompt (default 48)")
+    p.add_argument("--probe-share", type=float, default=0.6,
+                   help="share of --budget the ceiling and the probes may use before the measurement; a probe "
+                        "that would start later is left open (default 0.6)")
     p.add_argument("--tasks", action="append", type=Path,
                    help="task JSONL file (repeatable); default: the bench's standard set")
     p.add_argument("--workloads", default="", help="only these workloads (comma list)")
@@ -108,10 +112,19 @@ class Setup:
     deadline: float
     started: float
     progress: Progress
+    probe_until: float = 0.0
+    drift: float | None = None  # the plain server's second probe against its first (per-token time, -1..)
     open: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
+
+    def phase(self, name: str, since: float) -> float:
+        """Record a phase's seconds; returns now (the next phase's start)."""
+        now = time.monotonic()
+        self.phases[name] = round(now - since, 1)
+        return now
 
 
 def _setup(args: argparse.Namespace) -> Setup:
@@ -127,6 +140,8 @@ def _setup(args: argparse.Namespace) -> Setup:
     for label, path in (("target", args.target), ("draft", args.draft)):
         if path is not None and not Path(path).is_file():
             raise TuneError(f"{label} model {path} not found; nothing was changed")
+    if not 0.1 <= args.probe_share <= 1:
+        raise TuneError("--probe-share must be between 0.1 and 1")
     if args.budget <= 0 or args.top < 1 or args.probe_tasks < 1 or args.probe_tokens < 8 or args.max_tokens < 8:
         raise TuneError("--budget must be > 0, --top and --probe-tasks >= 1, --probe-tokens and --max-tokens >= 8")
     lengths = _ints(args.lengths)
@@ -153,7 +168,7 @@ def _setup(args: argparse.Namespace) -> Setup:
                       draft_threads=args.threads, ctx_size=args.ctx_size, interleave="requests")
     now = time.monotonic()
     return Setup(prefix, caps, cfg, store, work, lengths, names, probe_tasks, now + args.budget * 60, now,
-                 Progress(quiet=args.quiet))
+                 Progress(quiet=args.quiet), now + args.probe_share * args.budget * 60)
 
 
 def _ceiling(s: Setup, args: argparse.Namespace) -> tuple[StepCosts, dict[str, Any]]:
@@ -162,7 +177,7 @@ def _ceiling(s: Setup, args: argparse.Namespace) -> tuple[StepCosts, dict[str, A
     ks = sorted({k for k in CEILING_KS if k <= kmax} | {kmax})
     drafts = {"draft": Path(args.draft)} if args.draft else {}
     try:
-        data = ceil.measure(s.prefix / "bin" / "llama-bench", Path(args.target), [num], drafts, reps=3,
+        data = ceil.measure(s.prefix / "bin" / "llama-bench", Path(args.target), [num], drafts, reps=2,
                             threads=args.threads, progress=s.progress.note, ks=ks, draft_k_max=kmax)
     except ceil.CeilingError as exc:
         raise TuneError(f"llama-bench failed: {str(exc).splitlines()[0]}; nothing was changed") from exc
@@ -188,17 +203,38 @@ def _probe_names(s: Setup, has_draft: bool) -> list[str]:
 
 
 def _run_probes(s: Setup, has_draft: bool) -> dict[str, probes.ProbeResult]:
+    """The plain server and the longest draft always (nothing can be predicted without them); the others while
+    the probes' share of the budget lasts."""
     out: dict[str, probes.ProbeResult] = {}
+    essential = {probes.PLAIN_ARM, probes.draft_candidate(max(s.lengths))}
     for name in _probe_names(s, has_draft):
-        if s.left() <= 0 and name != probes.PLAIN_ARM:
-            s.open.append(f"{name}: not probed (budget spent)")
+        if name not in essential and time.monotonic() >= s.probe_until:
+            s.open.append(f"{name}: not probed (the probes' share of the budget was spent)")
             continue
         out.update(probes.run_probes([name], s.cfg, s.store, s.probe_tasks, s.progress.note))
     plain = out.get(probes.PLAIN_ARM)
     if plain is None or plain.error or plain.run.n_tokens <= 0:
         why = plain.error if plain else "not run"
         raise TuneError(f"the plain server could not be measured ({why}); nothing was changed")
+    _bracket(s, out, plain)
     return out
+
+
+def _bracket(s: Setup, out: dict[str, probes.ProbeResult], first: probes.ProbeResult) -> None:
+    """The plain server once more after the other probes: the probes ran one after another, so a host whose speed
+    moved meanwhile (another process's load) would skew every prediction. Both plain runs count; a drift beyond
+    MAX_DRIFT is said (the side-by-side measurement, paired, is not affected)."""
+    again = probes.run_probes([probes.PLAIN_ARM], s.cfg, s.store, s.probe_tasks, s.progress.note)[probes.PLAIN_ARM]
+    if again.error or again.run.n_tokens <= 0 or again.run.seconds <= 0:
+        s.open.append(f"the plain server's second probe failed ({again.error or 'nothing generated'}): drift unknown")
+        return
+    s.drift = again.run.seconds_per_token / first.run.seconds_per_token - 1
+    if abs(s.drift) > MAX_DRIFT:
+        s.open.append(f"the plain server's speed moved {s.drift:+.0%} between the first and the last probe (other "
+                      "load on the host?): the predictions are unreliable; only the side-by-side measurement decides")
+    out[probes.PLAIN_ARM] = probes.ProbeResult(
+        probes.PLAIN_ARM, Run(first.run.n_tokens + again.run.n_tokens, first.run.seconds + again.run.seconds),
+        texts=first.texts)
 
 
 def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
@@ -304,12 +340,14 @@ def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: l
                      "measured_interval": m.speedup.to_dict() if m else None,
                      "identical": m.identical if m else None, "verdict": verdict,
                      "vars": profile_vars(p.name)})
-    per_wl = {wl: pk.get("arm") for wl, pk in ((bench or {}).get("recommendation") or {}).items()}
+    per_wl = {wl: pk.get("arm") or f"undecided ({str(pk.get('reason', '')).split('. ')[0]})"
+              for wl, pk in ((bench or {}).get("recommendation") or {}).items()}
     return {
         "chosen": choice.chosen, "runner_up": choice.runner_up, "reason": choice.reason,
         "vars": profile_vars(choice.chosen), "per_workload": per_wl, "candidates": rows,
         "overheads": over.to_dict() if over else None, "probes": {n: r.to_dict() for n, r in found.items()},
-        "open": s.open, "rule": args.rule, "budget_s": args.budget * 60,
+        "open": s.open, "rule": args.rule, "budget_s": args.budget * 60, "phases_s": s.phases,
+        "plain_drift": s.drift,
         "elapsed_s": round(time.monotonic() - s.started, 1), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "build": {"commit": s.caps.commit, "prefix": str(s.prefix)},
         "models": {"target": str(args.target), "target_size": Path(args.target).stat().st_size,
@@ -327,7 +365,9 @@ def run(args: argparse.Namespace) -> int:
                         f"work in {s.work}")
         costs, ceiling_data = _ceiling(s, args)
         s.store.save_json("ceiling.json", ceiling_data)
+        t = s.phase("ceiling", s.started)
         found = _run_probes(s, args.draft is not None)
+        t = s.phase("probes", t)
         over, preds = _predict(s, costs, found, args.draft is not None)
     except TuneError as exc:
         _err(str(exc))
@@ -336,6 +376,7 @@ def run(args: argparse.Namespace) -> int:
     bench = None
     if shortlisted and not args.predict_only:
         bench = _measure(s, args, shortlisted)
+        s.phase("measure", t)
     measured = _measured(bench or {}, shortlisted)
     choice = decide.choose(measured, need_identical=args.rule == "identical")
     if not shortlisted:

@@ -20,9 +20,10 @@ from specops.bench.costmodel import Run
 from specops.bench.runner import BenchConfig, Loaded
 from specops.bench.store import ResultStore
 from specops.bench.tasks import Task
-from specops.knobs import NGRAM_TYPES
 
 PLAIN_ARM = "exact-baseline"
+# the n-gram types in the order they are probed when the budget is short: llama.cpp's own default type first
+NGRAM_ORDER = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
 DEFAULT_ARM = "exact-spec-default"
 
 
@@ -39,7 +40,7 @@ def candidates(lengths: Sequence[int], has_draft: bool, spec_types: Sequence[str
     """The candidate arms: draft lengths (with a draft model), the n-gram types asked for (None: every one the
     build lists) and llama.cpp's default where the build has ``--spec-default``."""
     out = [draft_candidate(k) for k in sorted(set(lengths))] if has_draft else []
-    types = [t for t in NGRAM_TYPES if t in spec_types] if ngram is None else list(ngram)
+    types = [t for t in NGRAM_ORDER if t in spec_types] if ngram is None else list(ngram)
     out += [ngram_candidate(t) for t in types]
     if with_default:
         out.append(DEFAULT_ARM)
