@@ -8,7 +8,8 @@ one line by the first play of playbooks/tabbyapi.yml with nothing changed on the
 unit exactly as TabbyAPI would be (venv/bin/python → a link to the host's python3); it reads the rendered
 config.yml and api_tokens.yml, "loads" the model directories (config.json, safetensors headers: a corrupt one
 fails the start as ExLlamaV2 does) and serves TabbyAPI's /health and /v1/model. The install phase (source
-archive, pip with CUDA torch) is skipped (``--skip-tags install``); everything else is the real role.
+archive, pip with CUDA torch) is left out (``--tags tabbyapi_configure``: the inputs and the preflight carry every
+tabbyapi_* tag, the install only its own); everything else is the real role.
 
 The models are a Mistral 7B tokenizer and config (tests/unit/tabbyapi_tokenizers.py, cached) as target and draft,
 in a directory whose name holds a space and a % (``/srv/tabby models %``), so the escaping is exercised end to end.
@@ -49,7 +50,7 @@ BASE = {"tabbyapi_hosts": "llama_servers", "tabbyapi_models_dir": MODELS, "tabby
 
 
 def deploy(labhost, *extra: str, **overrides: object) -> lab.PlaybookRun:
-    return lab.ansible_playbook("playbooks/tabbyapi.yml", "-i", str(labhost.inventory), "--skip-tags", "install",
+    return lab.ansible_playbook("playbooks/tabbyapi.yml", "-i", str(labhost.inventory), "--tags", "tabbyapi_configure",
                                 "-e", json.dumps({**BASE, **overrides}), *extra, timeout=900)
 
 
