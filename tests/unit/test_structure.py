@@ -69,3 +69,40 @@ def test_only_the_soaks_own_commands_import_its_report_code():
                     if t.startswith("specops.soak.") and t.endswith("report") and not m.startswith("specops.soak"))
     assert arrows == [("specops.commands.saturate", "specops.soak.saturation_report"),
                       ("specops.commands.soak", "specops.soak.report")]
+
+
+def test_no_function_in_src_is_over_80_lines():
+    """Issue 41: a renderer of 233 lines became sections; keep every function short enough to read whole."""
+    import ast
+
+    src = Path(__file__).resolve().parents[2] / "src"
+    long = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > 80:
+                    long.append(f"{path.relative_to(src)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, "split these into named parts: " + "; ".join(long)
+
+
+def test_product_commands_carry_no_lab_path():
+    """Issue 41 item 2: a product command's default build is the deployed install or what the caller names; the
+    lab's build (~/.cache/specops/lab/...) is passed by the lab, never guessed by the product."""
+    import os
+
+    from specops.paths import INSTALL_PREFIX, llama_prefix
+
+    src = Path(__file__).resolve().parents[2] / "src" / "specops"
+    offenders = [str(p.relative_to(src)) for p in src.rglob("*.py") if '"lab"' in p.read_text()]
+    assert not offenders, offenders
+    old = os.environ.pop("SPECOPS_LLAMA_PREFIX", None)
+    try:
+        assert llama_prefix() == INSTALL_PREFIX
+        assert llama_prefix(Path("/x")) == Path("/x")
+        os.environ["SPECOPS_LLAMA_PREFIX"] = "/y"
+        assert llama_prefix() == Path("/y")
+    finally:
+        os.environ.pop("SPECOPS_LLAMA_PREFIX", None)
+        if old is not None:
+            os.environ["SPECOPS_LLAMA_PREFIX"] = old

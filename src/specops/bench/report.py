@@ -6,7 +6,8 @@ import math
 import os
 import platform
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -192,28 +193,34 @@ def _plain_verdict(deploy: Pick, arm_defs: Mapping[str, Mapping[str, Any]]) -> s
     return f"**Run `{deploy.arm}` on this host** ({d.get('description', '')}). {deploy.reason}."
 
 
-def markdown(
-    plan: Mapping[str, Any],
-    outcome: Mapping[str, Any],
-    results: Mapping[str, Mapping[str, ArmWorkload]],
-    arm_defs: Mapping[str, Mapping[str, Any]],
-    workloads: list[str],
-    picks: Mapping[str, Pick],
-    ceiling: Mapping[str, Any] | None,
-    arm_ceilings: Mapping[str, Mapping[str, Any]],
-    pruned: Mapping[str, Mapping[str, Any]],
-    images: list[str],
-    rule: str,
-    vars_text: str | None,
-    raw_json: str,
-    reference: Mapping[str, Any] | None = None,
-) -> str:
-    m = plan.get("machine", {})
-    dz = plan.get("design", {})
+@dataclass(frozen=True)
+class _Doc:
+    """What the report's sections read: ``markdown``'s arguments, and what they derive from them."""
+
+    plan: Mapping[str, Any]
+    outcome: Mapping[str, Any]
+    results: Mapping[str, Mapping[str, ArmWorkload]]
+    arm_defs: Mapping[str, Mapping[str, Any]]
+    workloads: list[str]
+    picks: Mapping[str, Pick]
+    ceiling: Mapping[str, Any] | None
+    arm_ceilings: Mapping[str, Mapping[str, Any]]
+    pruned: Mapping[str, Mapping[str, Any]]
+    images: list[str]
+    rule: str
+    vars_text: str | None
+    raw_json: str
+    reference: Mapping[str, Any] | None
+    m: Mapping[str, Any]  # the machine
+    dz: Mapping[str, Any]  # the design
+    deploy: Pick  # the pick for the whole mix
+    arms: list[str]  # the speculative arms that ran
+
+
+def _md_header(d: _Doc) -> list[str]:
+    m, dz, plan, outcome = d.m, d.dz, d.plan, d.outcome
     L: list[str] = []
     w = L.append
-    deploy = picks[ALL]
-    arms = [a for a in plan.get("arms", []) if a not in (BASELINE, AA)]
     w("# Speculative decoding benchmark\n")
     w(f"Machine **{m.get('hostname')}** — {m.get('cpu')}, {m.get('cores')} cores, "
       f"{(m.get('mem_bytes') or 0) / 2**30:.0f} GiB RAM, {m.get('os')}, no GPU. Run {plan.get('started_at', '?')}.\n")
@@ -223,12 +230,18 @@ def markdown(
       + f"; {outcome.get('blocks', 0)} blocks; the run ended: {outcome.get('ended', '?')}."
       + (" Exhaustive mode: every arm, every task, no early stopping, no pruning." if dz.get("exhaustive") else "")
       + "\n")
+    return L
+
+
+def _md_verdict(d: _Doc) -> list[str]:
+    L: list[str] = []
+    w = L.append
     w("## Verdict\n")
-    w(_plain_verdict(deploy, arm_defs) + "\n")
+    w(_plain_verdict(d.deploy, d.arm_defs) + "\n")
     w("| workload | recommended | speedup [95% CI] | A/A check | every conclusion confident? | why |")
     w("| --- | --- | --- | --- | --- | --- |")
-    for wl in [*workloads, ALL]:
-        pk = picks.get(wl)
+    for wl in [*d.workloads, ALL]:
+        pk = d.picks.get(wl)
         if pk:
             arm = f"`{pk.arm}`" if pk.valid else "nothing (run invalid)"
             conf = "yes" if pk.confident else f"no: {len(pk.unsettled)} unsettled"
@@ -237,6 +250,13 @@ def markdown(
     w("The speedups here and every conclusion are for **this task set** (its tasks drawn without replacement: "
       "with all of them in, only measurement noise is left), the question the recommendation answers. Where one "
       "*new* task of a workload may land is wider: the 'a new task' column of the results tables.\n")
+    return L
+
+
+def _md_reference(d: _Doc) -> list[str]:
+    reference, picks, outcome = d.reference, d.picks, d.outcome
+    L: list[str] = []
+    w = L.append
     if reference:
         w("## Agreement with the reference run\n")
         w(f"Reference: {reference.get('report')} — {reference.get('what')}; wall time "
@@ -244,17 +264,29 @@ def markdown(
           "for this run.\n")
         w("| workload | this run | reference run | same? |")
         w("| --- | --- | --- | --- |")
-        for wl in [*workloads, ALL]:
+        for wl in [*d.workloads, ALL]:
             mine = picks[wl].arm if picks[wl].valid else "nothing"
             theirs = reference.get("picks", {}).get(wl, "–")
             w(f"| {wl} | `{mine}` | `{theirs}` | {'yes' if mine == theirs else '**NO**'} |")
         w("")
-    if vars_text:
-        w(f"Inventory variables written for the service role (rule `{rule}`):\n")
-        w("```yaml\n" + vars_text.strip() + "\n```\n")
-    elif not deploy.valid:
-        w("No inventory variables were written: an invalid run changes nothing.\n")
+    return L
 
+
+def _md_vars(d: _Doc) -> list[str]:
+    L: list[str] = []
+    w = L.append
+    if d.vars_text:
+        w(f"Inventory variables written for the service role (rule `{d.rule}`):\n")
+        w("```yaml\n" + d.vars_text.strip() + "\n```\n")
+    elif not d.deploy.valid:
+        w("No inventory variables were written: an invalid run changes nothing.\n")
+    return L
+
+
+def _md_ceiling(d: _Doc) -> list[str]:
+    plan, ceiling = d.plan, d.ceiling
+    L: list[str] = []
+    w = L.append
     w("## Ceiling first: what can pay on this host\n")
     if not ceiling or not ceiling.get("target"):
         w(f"Not measured ({plan.get('ceiling_note') or 'no llama-bench'}): every arm ran.\n")
@@ -270,47 +302,68 @@ def markdown(
           "server's per-position work, so it is optimistic: an arm whose ceiling is below "
           f"{1 + margin:.2f}× (1.0 + the {margin:.0%} margin) cannot pay here whatever its acceptance, and is "
           "not run.\n")
-        nums = list(ceiling["target"])
-        rels = {n: {int(k): float(v) for k, v in ceiling["target"][n]["relative"].items()} for n in nums}
-        base_rel = rels.get("default") or rels[nums[0]]
-        w("| k | " + " | ".join(f"c(k) {n}" for n in nums) + " |")
-        w("| --- " * (len(nums) + 1) + "|")
-        for k in sorted(base_rel):
-            w(f"| {k} | " + " | ".join(_f(rels[n].get(k), ".2f") for n in nums) + " |")
-        w("")
-        steps = ceiling.get("draft_step_s", {})
-        tb = ceiling["target"].get("default", ceiling["target"][nums[0]])["batch_s"]
-        t1 = float(tb.get("1", tb.get(1)))
-        if steps:
-            w("Draft step cost r: " + ", ".join(f"{n} {s / t1:.2f} ({s * 1000:.1f} ms vs {t1 * 1000:.1f} ms)"
-                                               for n, s in steps.items()) + ".\n")
-        w("| arm | draft cost r | longest draft | best ceiling (at draft length) | runs? |")
-        w("| --- | --- | --- | --- | --- |")
-        for name, c in arm_ceilings.items():
-            runs = "**cannot pay on this host** (not run)" if name in pruned and not dz.get("run_anyway") else (
-                "cannot pay, run anyway" if name in pruned else "yes")
-            w(f"| `{name}` | {float(c['draft_cost']):.2f} | {c['n_max']} | {float(c['best']):.2f}× (k={c['at_k']}) "
-              f"| {runs} |")
-        w("")
+        L += _md_ceiling_tables(d, ceiling)
+    return L
+
+
+def _md_ceiling_tables(d: _Doc, ceiling: Mapping[str, Any]) -> list[str]:
+    """The measured c(k) per numerics setting, the draft step costs, and each arm's ceiling."""
+    pruned, dz = d.pruned, d.dz
+    L: list[str] = []
+    w = L.append
+    nums = list(ceiling["target"])
+    rels = {n: {int(k): float(v) for k, v in ceiling["target"][n]["relative"].items()} for n in nums}
+    base_rel = rels.get("default") or rels[nums[0]]
+    w("| k | " + " | ".join(f"c(k) {n}" for n in nums) + " |")
+    w("| --- " * (len(nums) + 1) + "|")
+    for k in sorted(base_rel):
+        w(f"| {k} | " + " | ".join(_f(rels[n].get(k), ".2f") for n in nums) + " |")
+    w("")
+    steps = ceiling.get("draft_step_s", {})
+    tb = ceiling["target"].get("default", ceiling["target"][nums[0]])["batch_s"]
+    t1 = float(tb.get("1", tb.get(1)))
+    if steps:
+        w("Draft step cost r: " + ", ".join(f"{n} {s / t1:.2f} ({s * 1000:.1f} ms vs {t1 * 1000:.1f} ms)"
+                                           for n, s in steps.items()) + ".\n")
+    w("| arm | draft cost r | longest draft | best ceiling (at draft length) | runs? |")
+    w("| --- | --- | --- | --- | --- |")
+    for name, c in d.arm_ceilings.items():
+        runs = "**cannot pay on this host** (not run)" if name in pruned and not dz.get("run_anyway") else (
+            "cannot pay, run anyway" if name in pruned else "yes")
+        w(f"| `{name}` | {float(c['draft_cost']):.2f} | {c['n_max']} | {float(c['best']):.2f}× (k={c['at_k']}) "
+          f"| {runs} |")
+    w("")
+    return L
+
+
+def _md_aa(d: _Doc) -> list[str]:
+    L: list[str] = []
+    w = L.append
     w("## The A/A check: can this run tell the baseline from itself?\n")
     w("A second baseline server, loaded beside the first, answers every block too. Its ratio to the baseline "
       "should be 1.0; the run is valid for a workload when the A/A interval contains 1.0 and is narrower than "
       "the effect recommended there.\n")
     w("| workload | A/A speedup [95% CI] | half-width | tasks | outputs identical |")
     w("| --- | --- | --- | --- | --- |")
-    for wl in [*workloads, ALL]:
-        aw = results.get(AA, {}).get(wl)
+    for wl in [*d.workloads, ALL]:
+        aw = d.results.get(AA, {}).get(wl)
         if aw:
             w(f"| {wl} | {_sp(aw)} | {_f(aw.half_width and aw.half_width * 100, '.1f')}% | {aw.tasks} | "
               f"{_ident(aw)} |")
     w("")
-    for wl in [*workloads, ALL]:
+    return L
+
+
+def _md_results(d: _Doc) -> list[str]:
+    L: list[str] = []
+    w = L.append
+    for wl in [*d.workloads, ALL]:
         w(f"## Results: {wl}\n")
         w("| arm | tasks | decode tok/s | speedup [95% CI] (these tasks) | ± | a new task [95%] | conclusion | "
           "stopped | acceptance | mean acc. len | predicted | measured ÷ predicted | identical |")
         w("| --- " * 13 + "|")
-        for name in [BASELINE, AA, *arms]:
-            aw = results.get(name, {}).get(wl)
+        for name in [BASELINE, AA, *d.arms]:
+            aw = d.results.get(name, {}).get(wl)
             if not aw:
                 continue
             ratio = (aw.speedup.estimate / aw.predicted) if aw.speedup and aw.predicted else None
@@ -321,7 +374,14 @@ def markdown(
               f"{_f(aw.acceptance, '.2f')} | {_f(aw.mean_accept_len, '.2f')} | {_f(aw.predicted, '.2f')} | "
               f"{_f(ratio, '.2f')} | {_ident(aw)} |")
         w("")
-    gaps = [(a, aw) for a in arms if (aw := results.get(a, {}).get(ALL)) and aw.predicted and aw.speedup]
+    return L
+
+
+def _md_predicted(d: _Doc) -> list[str]:
+    results = d.results
+    L: list[str] = []
+    w = L.append
+    gaps = [(a, aw) for a in d.arms if (aw := results.get(a, {}).get(ALL)) and aw.predicted and aw.speedup]
     w("## Predicted against measured\n")
     if gaps:
         base = results.get(BASELINE, {}).get(ALL)
@@ -344,11 +404,18 @@ def markdown(
           "middling acceptance; the column above is that shortfall in baseline decode steps per round.\n")
     else:
         w("No arm drafted anything measurable (or no ceiling was measured).\n")
+    return L
+
+
+def _md_identity(d: _Doc) -> list[str]:
+    workloads = d.workloads
+    L: list[str] = []
+    w = L.append
     w("## Output identity\n")
     w("| arm | reference | " + " | ".join(workloads) + " | first divergent byte (task@rep: offset) |")
     w("| --- " * (len(workloads) + 3) + "|")
-    for name in [AA, *arms]:
-        row = results.get(name, {})
+    for name in [AA, *d.arms]:
+        row = d.results.get(name, {})
         if ALL not in row:
             continue
         divs = row[ALL].divergences
@@ -356,9 +423,16 @@ def markdown(
                           f"{' (prefix)' if dv.get('kind') == 'length' else ''}" for dv in divs[:8])
         if len(divs) > 8:
             where += f", … ({len(divs)} in all)"
-        w(f"| `{name}` | {arm_defs.get(name, {}).get('reference', BASELINE)} | "
+        w(f"| `{name}` | {d.arm_defs.get(name, {}).get('reference', BASELINE)} | "
           + " | ".join(_ident(row[wl]) if wl in row else "–" for wl in workloads) + f" | {where or '—'} |")
     w("")
+    return L
+
+
+def _md_method(d: _Doc) -> list[str]:
+    plan, dz = d.plan, d.dz
+    L: list[str] = []
+    w = L.append
     w("## Method\n")
     counts = plan.get("workload_counts", {})
     w(f"- llama.cpp build: commit `{plan.get('build_commit')}`, {plan.get('compiler') or ''}; binaries from "
@@ -407,21 +481,64 @@ def markdown(
     w(f"- {plan.get('reps')} repetition(s); servers restart between repetitions (fresh n-gram pools). Acceptance = "
       "accepted/drafted tokens and mean acceptance length = 1 + accepted/drafts, from the `/metrics` counters read "
       "after every request.\n")
+    return L
+
+
+def _md_arms(d: _Doc) -> list[str]:
+    L: list[str] = []
+    w = L.append
     w("## Arms\n")
     w("| arm | what | profile (differences from the base) |")
     w("| --- | --- | --- |")
-    for name in [BASELINE, AA, *arms, *pruned]:
-        d = arm_defs.get(name)
-        if not d:
+    for name in [BASELINE, AA, *d.arms, *d.pruned]:
+        ad = d.arm_defs.get(name)
+        if not ad:
             continue
-        prof = ", ".join(f"{k}={v}" for k, v in d.get("profile", {}).items())
-        env = " ".join(f"{k}={v}" for k, v in (d.get("env") or {}).items())
-        w(f"| `{name}` | {d.get('description')} | {prof}{' env ' + env if env else ''} |")
+        prof = ", ".join(f"{k}={v}" for k, v in ad.get("profile", {}).items())
+        env = " ".join(f"{k}={v}" for k, v in (ad.get("env") or {}).items())
+        w(f"| `{name}` | {ad.get('description')} | {prof}{' env ' + env if env else ''} |")
     w("")
     w("Exact server command lines are in the raw JSON (`servers`).\n")
-    if images:
+    return L
+
+
+def _md_plots(d: _Doc) -> list[str]:
+    L: list[str] = []
+    w = L.append
+    if d.images:
         w("## Plots\n")
-        for img in images:
+        for img in d.images:
             w(f"![{Path(img).stem}]({img})\n")
-    w(f"Raw data: [{raw_json}]({raw_json}).\n")
-    return "\n".join(L) + "\n"
+    w(f"Raw data: [{d.raw_json}]({d.raw_json}).\n")
+    return L
+
+
+_SECTIONS: tuple[Callable[[_Doc], list[str]], ...] = (
+    _md_header, _md_verdict, _md_reference, _md_vars, _md_ceiling, _md_aa, _md_results, _md_predicted,
+    _md_identity, _md_method, _md_arms, _md_plots,
+)
+
+
+def markdown(
+    plan: Mapping[str, Any],
+    outcome: Mapping[str, Any],
+    results: Mapping[str, Mapping[str, ArmWorkload]],
+    arm_defs: Mapping[str, Mapping[str, Any]],
+    workloads: list[str],
+    picks: Mapping[str, Pick],
+    ceiling: Mapping[str, Any] | None,
+    arm_ceilings: Mapping[str, Mapping[str, Any]],
+    pruned: Mapping[str, Mapping[str, Any]],
+    images: list[str],
+    rule: str,
+    vars_text: str | None,
+    raw_json: str,
+    reference: Mapping[str, Any] | None = None,
+) -> str:
+    doc = _Doc(
+        plan=plan, outcome=outcome, results=results, arm_defs=arm_defs, workloads=workloads, picks=picks,
+        ceiling=ceiling, arm_ceilings=arm_ceilings, pruned=pruned, images=images, rule=rule, vars_text=vars_text,
+        raw_json=raw_json, reference=reference, m=plan.get("machine", {}), dz=plan.get("design", {}),
+        deploy=picks[ALL], arms=[a for a in plan.get("arms", []) if a not in (BASELINE, AA)],
+    )
+    return "\n".join(line for section in _SECTIONS for line in section(doc)) + "\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,8 @@ def _fmt(v: Any, nd: int = 1) -> str:
     return str(v)
 
 
-def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
-    cfg = data["config"]
-    s = data["summary"]
+def _title(data: dict[str, Any]) -> list[str]:
+    """The verdict, why it failed, and the run's notes."""
     out: list[str] = []
     verdict = data["verdict"].upper()
     out.append(f"# Soak {data['run_id']}: {verdict}\n")
@@ -32,6 +32,12 @@ def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
         out.append("")
     for note in data.get("notes", []):
         out.append(f"> {note}\n")
+    return out
+
+
+def _setup(data: dict[str, Any]) -> list[str]:
+    """Server, host, load, faults and retries: what was run."""
+    cfg = data["config"]
     bound = []
     if cfg["duration"] is not None:
         bound.append(f"{cfg['duration']:.0f}s")
@@ -40,7 +46,7 @@ def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
     plan = cfg["faults"]
     fault_plan = (f"{', '.join(plan['faults'])} from {plan['first']:.0f}s every {plan['interval']:.0f}s"
                   if plan["faults"] else "none")
-    out += [
+    return [
         f"- server: `{cfg['url']}`" + (f", unit `{cfg['unit']}`" if cfg.get("unit") else ""),
         f"- host: {data['hostname']}; from {data['started_at']} to {data['ended_at']} "
         f"({data['duration_s']:.0f}s; bound: {' or '.join(bound)})",
@@ -51,6 +57,12 @@ def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
         f"- retries: backoff {cfg['backoff']['initial']}s ×{cfg['backoff']['factor']} up to "
         f"{cfg['backoff']['max_delay']}s, give up after {cfg['backoff']['give_up_after']:.0f}s",
         "",
+    ]
+
+
+def _requests(data: dict[str, Any]) -> list[str]:
+    s = data["summary"]
+    out = [
         "## Requests\n",
         "| issued | succeeded | retried, then succeeded | failed | lost | attempts |",
         "|---:|---:|---:|---:|---:|---:|",
@@ -64,12 +76,18 @@ def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
         out.append("")
     if s["attempt_errors"]:
         out.append("Failed attempts by kind: " + ", ".join(f"{k} {n}" for k, n in s["attempt_errors"].items()) + "\n")
+    return out
 
-    out += ["## Checks\n", "| check | result | detail |", "|---|---|---|"]
+
+def _checks(data: dict[str, Any]) -> list[str]:
+    out = ["## Checks\n", "| check | result | detail |", "|---|---|---|"]
     out += [f"| {c['name']} | {c['status'].upper()} | {c['detail']} |" for c in data["checks"]]
     out.append("")
+    return out
 
-    out.append("## Faults and recovery\n")
+
+def _faults(data: dict[str, Any]) -> list[str]:
+    out = ["## Faults and recovery\n"]
     if data["faults"]:
         out += ["Time to recovery = from the fault to the end of the first successful request after it.\n",
                 "| # | fault | at (s) | PID before | recovered at (s) | time to recovery (s) | detail |",
@@ -85,18 +103,25 @@ def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
         out += ["", f"Promised (--fault-count {missed[0]['of']}) but not run:\n"]
         out += [f"- fault {m['index']} ({m['kind']}, due at {m['scheduled']:.1f}s): {m['why']}" for m in missed]
     out.append("")
+    return out
 
+
+def _buckets(data: dict[str, Any]) -> list[str]:
+    """Per minute (or per bucket of another width): successes, errors, speed, acceptance, faults."""
     width = float(data.get("bucket_s") or 60.0)
     title = "Per minute" if width == 60.0 else f"Per {width:g} s"
     col = "minute" if width == 60.0 else "bucket"
-    out += [f"## {title}\n", f"| {col} | ok | failed attempts | decode tok/s | acceptance | faults |",
-            "|---:|---:|---:|---:|---:|---:|"]
+    out = [f"## {title}\n", f"| {col} | ok | failed attempts | decode tok/s | acceptance | faults |",
+           "|---:|---:|---:|---:|---:|---:|"]
     for m in data["minutes"]:
         out.append(f"| {m['index']} | {m['requests_ok']} | {m['attempt_errors']} | {_fmt(m['decode_tps'])} "
                    f"| {_fmt(m['acceptance'], 3)} | {m['faults'] or ''} |")
     out.append("")
+    return out
 
-    out.append("## Memory (server RSS and anonymous memory)\n")
+
+def _memory(data: dict[str, Any]) -> list[str]:
+    out = ["## Memory (server RSS and anonymous memory)\n"]
     out.append("RSS includes the mmapped model weights, which page in as new tokens touch the embedding table; "
                "anonymous memory (RSS minus file-backed pages: heap, KV and prompt caches) is where a leak shows, "
                "and is what the rss_growth check judges when it is known.\n")
@@ -110,39 +135,61 @@ def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
     out.append(f"\nGPU memory: {max(gpu) / 2**20:.0f} MB max (exporter)." if gpu
                else "\nGPU memory: none reported (no GPU, or no exporter).")
     out.append("")
+    return out
 
-    out.append("## Restarts\n")
+
+def _restarts(data: dict[str, Any]) -> list[str]:
+    out = ["## Restarts\n"]
     changes = data["pid_changes"]
     out.append("PID changes: " + (", ".join(f"{c['t']:.1f}s {c['old']}→{c['new']}" for c in changes) or "none"))
     if data["nrestarts"]:
         seq = " → ".join(str(v) for _t, v in data["nrestarts"])
         out.append(f"\nsystemd NRestarts: {seq} (a manual `systemctl restart` resets it to 0)")
     out.append("")
+    return out
 
-    if data["exporter"] is not None:
-        up = sum(1 for e in data["exporter"] if e["up"])
-        out += ["## Exporter\n", f"Answered {up}/{len(data['exporter'])} scrapes.", ""]
 
-    if data.get("alerts"):
-        a = data["alerts"]
-        out += ["## Alert rules (Prometheus)\n", f"Queried `{a['url']}` over the run window (step {a['step']}s).",
-                ""]
-        if a.get("alerts_error"):
-            out.append(f"ALERTS query failed: {a['alerts_error']}\n")
-        out += ["| alert | for | condition held (s) | recorded states | would have fired |", "|---|---:|---:|---|---|"]
-        out += [f"| {r['alert']} | {r['for_s']:.0f}s | {r['condition_true_s']:.0f} | "
-                f"{', '.join(r['recorded_states']) or '–'} | {'YES' if r['would_fire'] else 'no'}"
-                f"{' (' + r['error'] + ')' if r['error'] else ''} |" for r in a["rules"]]
-        out.append("")
+def _exporter(data: dict[str, Any]) -> list[str]:
+    if data["exporter"] is None:
+        return []
+    up = sum(1 for e in data["exporter"] if e["up"])
+    return ["## Exporter\n", f"Answered {up}/{len(data['exporter'])} scrapes.", ""]
 
+
+def _alerts(data: dict[str, Any]) -> list[str]:
+    if not data.get("alerts"):
+        return []
+    a = data["alerts"]
+    out = ["## Alert rules (Prometheus)\n", f"Queried `{a['url']}` over the run window (step {a['step']}s).", ""]
+    if a.get("alerts_error"):
+        out.append(f"ALERTS query failed: {a['alerts_error']}\n")
+    out += ["| alert | for | condition held (s) | recorded states | would have fired |", "|---|---:|---:|---|---|"]
+    out += [f"| {r['alert']} | {r['for_s']:.0f}s | {r['condition_true_s']:.0f} | "
+            f"{', '.join(r['recorded_states']) or '–'} | {'YES' if r['would_fire'] else 'no'}"
+            f"{' (' + r['error'] + ')' if r['error'] else ''} |" for r in a["rules"]]
+    out.append("")
+    return out
+
+
+def _references(data: dict[str, Any]) -> list[str]:
     refs = data["references"]
-    out.append("## Greedy references\n")
+    out = ["## Greedy references\n"]
     out.append(f"{len(refs['texts'])} recorded ({', '.join(refs['ids'])}), {refs['checks']} re-checks, "
                f"{len(refs['drifts'])} drifts.")
     for d in refs["drifts"][:10]:
         out.append(f"- {d['task_id']} at {d['t']:.1f}s (#{d['seq']}): first difference at char {d['position']}: "
                    f"expected `{d['expected']!r}`, got `{d['got']!r}`")
     out.append("")
+    return out
+
+
+_SECTIONS: tuple[Callable[[dict[str, Any]], list[str]], ...] = (
+    _title, _setup, _requests, _checks, _faults, _buckets, _memory, _restarts, _exporter, _alerts, _references,
+)
+
+
+def render_markdown(data: dict[str, Any], png_name: str | None) -> str:
+    out = [line for section in _SECTIONS for line in section(data)]
     if png_name:
         out.append(f"![tokens/s, acceptance, RSS and errors over time]({png_name})\n")
     return "\n".join(out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,8 @@ def _f(v: Any, nd: int = 1, scale: float = 1.0) -> str:
     return str(v)
 
 
-def render_markdown(data: dict[str, Any], plot_name: str | None = None) -> str:
-    plan, setup = data["plan"], data["setup"]
+def _title(data: dict[str, Any], plot_name: str | None) -> list[str]:
+    """The verdict, what it means, the plot, why it failed, and the run's notes."""
     out = [f"# Saturation soak {data['run_id']}: {data['verdict'].upper()}\n", f"**What it means:** {meaning(data)}\n"]
     if plot_name:
         out.append(f"![throughput and latency against N]({plot_name})\n")
@@ -32,8 +33,14 @@ def render_markdown(data: dict[str, Any], plot_name: str | None = None) -> str:
         out += [f"- {p}" for p in data["problems"]]
         out.append("")
     out += [f"> {n}\n" for n in data["notes"]]
+    return out
+
+
+def _setup(data: dict[str, Any]) -> list[str]:
+    """Host, build, load, design and faults: what was run."""
+    plan, setup = data["plan"], data["setup"]
     faults = ", ".join(plan["faults"]) or "none"
-    out += [
+    return [
         f"- host: {setup.get('hostname', '?')}, {setup.get('cpus', '?')} CPUs; from {data['started_at']} to "
         f"{data['ended_at']} ({data['duration_s'] / 60:.1f} min)",
         f"- build: `{setup.get('build', '?')}`; target `{setup.get('target', '?')}`, draft `{setup.get('draft', '?')}`"
@@ -47,6 +54,11 @@ def render_markdown(data: dict[str, Any], plot_name: str | None = None) -> str:
         f"- faults: {faults}, every {plan['fault_every']} block(s), {plan['fault_at']:.0%} into the phase, in both "
         "arms of the block; a supervisor restarts a killed server on the same port",
         "",
+    ]
+
+
+def _throughput(data: dict[str, Any]) -> list[str]:
+    out = [
         "## Throughput, speculative vs plain\n",
         "Tokens per second = generated tokens of successful requests / wall time under load (all slots together). "
         "Paired ratio: geometric mean of the per-block speculative/plain ratios.\n",
@@ -60,15 +72,19 @@ def render_markdown(data: dict[str, Any], plot_name: str | None = None) -> str:
         out.append(f"| {lv['level']} | {_f(s['tokens_per_s'])} | {_f(p['tokens_per_s'])} | {_f(lv['ratio'], 2)}× "
                    f"| {rng} | {_f(s['acceptance'], 3)} | {s['lost'] + p['lost']} | {s['failed'] + p['failed']} |")
     out.append("")
-    out += ["## Per slot\n",
-            "tok/s = the slot's tokens / the arm's wall time under load; decode tok/s = the server's own "
-            "`predicted_n / predicted_ms` for that slot's requests; acceptance = accepted / drafted tokens of that "
-            "slot's requests (`timings.draft_n_accepted / draft_n`: `/slots` has no per-slot draft counters at this "
-            "commit); \"server\" = the same from llama-server's own `draft acceptance` log lines for that slot id. "
-            "\"/slots busy\" = polls that saw the slot processing; \"spec\" = its `speculative` flag.\n",
-            "| N | arm | slot | requests | tok/s | decode tok/s | acceptance | acceptance (server) | /slots busy "
-            "| spec |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    return out
+
+
+def _per_slot(data: dict[str, Any]) -> list[str]:
+    out = ["## Per slot\n",
+           "tok/s = the slot's tokens / the arm's wall time under load; decode tok/s = the server's own "
+           "`predicted_n / predicted_ms` for that slot's requests; acceptance = accepted / drafted tokens of that "
+           "slot's requests (`timings.draft_n_accepted / draft_n`: `/slots` has no per-slot draft counters at this "
+           "commit); \"server\" = the same from llama-server's own `draft acceptance` log lines for that slot id. "
+           "\"/slots busy\" = polls that saw the slot processing; \"spec\" = its `speculative` flag.\n",
+           "| N | arm | slot | requests | tok/s | decode tok/s | acceptance | acceptance (server) | /slots busy "
+           "| spec |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for lv in data["levels"]:
         for arm in ARMS:
             a = lv["arms"][arm]
@@ -80,11 +96,15 @@ def render_markdown(data: dict[str, Any], plot_name: str | None = None) -> str:
                            f"| {seen['processing_seen']} "
                            f"| {'/'.join(str(x).lower() for x in seen['speculative']) or '–'} |")
     out.append("")
-    out += ["## Latency (seconds)\n",
-            "TTFT = from sending to the first streamed content token, measured at the client; total = from the "
-            "first attempt to the end of the successful one (retries after a fault included).\n",
-            "| N | arm | requests | TTFT p50 | TTFT p95 | TTFT p99 | total p50 | total p95 | total p99 |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    return out
+
+
+def _latency(data: dict[str, Any]) -> list[str]:
+    out = ["## Latency (seconds)\n",
+           "TTFT = from sending to the first streamed content token, measured at the client; total = from the "
+           "first attempt to the end of the successful one (retries after a fault included).\n",
+           "| N | arm | requests | TTFT p50 | TTFT p95 | TTFT p99 | total p50 | total p95 | total p99 |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for lv in data["levels"]:
         for arm in ARMS:
             a = lv["arms"][arm]
@@ -92,15 +112,19 @@ def render_markdown(data: dict[str, Any], plot_name: str | None = None) -> str:
             out.append(f"| {lv['level']} | {arm} | {a['ok']} | {_f(t['p50'], 2)} | {_f(t['p95'], 2)} "
                        f"| {_f(t['p99'], 2)} | {_f(w['p50'], 2)} | {_f(w['p95'], 2)} | {_f(w['p99'], 2)} |")
     out.append("")
-    out += ["## Memory\n",
-            "Per server process (both stay resident for the whole level). RSS includes the mmapped weights, "
-            "shared by all slots; anonymous memory (RSS minus file-backed pages) holds the KV cache, compute buffers "
-            "and prompt cache, so \"anon / slot\" is anonymous memory divided by N. \"KV / slot\" is the KV cache "
-            "one slot holds (context per slot × the models' layers and KV heads, target and draft, at the cache "
-            "types in use; computed from the GGUF headers as `specops fit` does: llama-server logs its own "
-            "figure only at higher verbosity).\n",
-            "| N | arm | RSS max MB | anon max MB | anon / slot MB | KV / slot MiB | restarts |",
-            "|---:|---|---:|---:|---:|---:|---:|"]
+    return out
+
+
+def _memory(data: dict[str, Any]) -> list[str]:
+    out = ["## Memory\n",
+           "Per server process (both stay resident for the whole level). RSS includes the mmapped weights, "
+           "shared by all slots; anonymous memory (RSS minus file-backed pages) holds the KV cache, compute buffers "
+           "and prompt cache, so \"anon / slot\" is anonymous memory divided by N. \"KV / slot\" is the KV cache "
+           "one slot holds (context per slot × the models' layers and KV heads, target and draft, at the cache "
+           "types in use; computed from the GGUF headers as `specops fit` does: llama-server logs its own "
+           "figure only at higher verbosity).\n",
+           "| N | arm | RSS max MB | anon max MB | anon / slot MB | KV / slot MiB | restarts |",
+           "|---:|---|---:|---:|---:|---:|---:|"]
     for lv in data["levels"]:
         for arm in ARMS:
             a = lv["arms"][arm]
@@ -108,8 +132,12 @@ def render_markdown(data: dict[str, Any], plot_name: str | None = None) -> str:
                        f"| {_f(a['anon_per_slot_bytes'], 0, MB)} | {_f(a['kv_per_slot_bytes'], 1, MB)} "
                        f"| {a['restarts']} |")
     out.append("")
-    out += ["## Requests and faults\n",
-            "| N | arm | requests | ok | retried, then ok | failed | lost |", "|---:|---|---:|---:|---:|---:|---:|"]
+    return out
+
+
+def _requests_and_faults(data: dict[str, Any]) -> list[str]:
+    out = ["## Requests and faults\n",
+           "| N | arm | requests | ok | retried, then ok | failed | lost |", "|---:|---|---:|---:|---:|---:|---:|"]
     for lv in data["levels"]:
         for arm in ARMS:
             a = lv["arms"][arm]
@@ -126,6 +154,17 @@ def render_markdown(data: dict[str, Any], plot_name: str | None = None) -> str:
     else:
         out.append("No faults were injected.")
     out.append("")
+    return out
+
+
+_SECTIONS: tuple[Callable[[dict[str, Any]], list[str]], ...] = (
+    _setup, _throughput, _per_slot, _latency, _memory, _requests_and_faults,
+)
+
+
+def render_markdown(data: dict[str, Any], plot_name: str | None = None) -> str:
+    out = _title(data, plot_name)
+    out += [line for section in _SECTIONS for line in section(data)]
     return "\n".join(out)
 
 
