@@ -5,6 +5,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import tomllib
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
 # what `pip wheel` reads from a checkout (pyproject.toml's package data included under src/)
 _INPUTS = ("pyproject.toml", "README.md", "src")
 _SKIP_DIRS = {"__pycache__", "build"}
@@ -25,6 +29,21 @@ def source_digest(source_dir: str) -> str:
     return h.hexdigest()[:16]
 
 
+def host_requirements(extras: list[str] | None = None, pyproject: str | None = None) -> list[str]:
+    """What a host installs beside specops (which it gets with --no-deps): pyproject.toml's dependencies and the
+    optional groups ``extras`` (e.g. ``['soak']``), each requirement once - the one list, read from where pip
+    reads it."""
+    data = tomllib.loads(Path(pyproject or PYPROJECT).read_text())["project"]
+    groups = data.get("optional-dependencies", {})
+    unknown = [e for e in extras or [] if e not in groups]
+    if unknown:
+        raise ValueError(f"pyproject.toml has no optional dependency group {', '.join(unknown)}")
+    out = list(data.get("dependencies", []))
+    for extra in extras or []:
+        out += [r for r in groups[extra] if r not in out]
+    return out
+
+
 class FilterModule:
     def filters(self) -> dict:
-        return {"specops_source_digest": source_digest}
+        return {"specops_source_digest": source_digest, "specops_host_requirements": host_requirements}

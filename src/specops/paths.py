@@ -9,3 +9,16 @@ from pathlib import Path
 def cache_dir() -> Path:
     """``$SPECOPS_CACHE`` or ``~/.cache/specops``: llama.cpp sources and builds, models, rootfs."""
     return Path(os.environ.get("SPECOPS_CACHE", Path.home() / ".cache" / "specops")).expanduser()
+
+
+INSTALL_PREFIX = Path("/opt/llama.cpp/current")  # where roles/llama_cpp installs the build on a host
+
+
+def llama_prefix(given: Path | None = None) -> Path:
+    """The llama.cpp install a command uses: ``given`` (``--llama-prefix``), else ``$SPECOPS_LLAMA_PREFIX``, else the
+    deployed install (/opt/llama.cpp/current). The lab's build is named by the lab (its scripts and tests pass the
+    prefix), never guessed here."""
+    if given is not None:
+        return Path(given)
+    env = os.environ.get("SPECOPS_LLAMA_PREFIX")
+    return Path(env) if env else INSTALL_PREFIX

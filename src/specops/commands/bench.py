@@ -10,12 +10,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
 
@@ -30,13 +30,13 @@ from specops.bench.runner import BenchConfig, BenchError, Progress, fmt_s
 from specops.bench.runner import run as run_design
 from specops.bench.store import ResultStore, StoreError
 from specops.bench.summary import build
-from specops.bench.tasks import STANDARD_SET, TaskError, load_tasks, task_set_digest, workloads_of
+from specops.bench.tasks import STANDARD_SET, Task, TaskError, load_tasks, task_set_digest, workloads_of
 from specops.capabilities import Capabilities
 from specops.fetch import catalog
 from specops.fit import FitError, FitParams, Memory, estimate
 from specops.ggufmeta import GGUFError
 from specops.knobs import spell
-from specops.paths import cache_dir
+from specops.paths import cache_dir, llama_prefix
 
 NAME = "bench"
 HELP = "does speculation pay here? hardware ceiling, paired sequential bench, A/A-gated recommendation"
@@ -62,23 +62,18 @@ def _default_model(name: str) -> Path | None:
         return None
 
 
-def _default_prefix() -> Path:
-    env = os.environ.get("SPECOPS_LLAMA_PREFIX")
-    if env:
-        return Path(env)
-    for cand in (cache_dir() / "lab" / "opt" / "llama.cpp" / "current", Path("/opt/llama.cpp/current")):
-        if (cand / "bin" / "llama-server").exists():
-            return cand
-    return cache_dir() / "lab" / "opt" / "llama.cpp" / "current"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def _models_args(p: argparse.ArgumentParser) -> None:
+    """The "models and build" group of options."""
     g = p.add_argument_group("models and build")
     g.add_argument("--target", type=Path, default=_default_model("qwen2.5-coder-1.5b"), help="target GGUF")
     g.add_argument("--draft", type=Path, default=_default_model("qwen2.5-coder-0.5b"), help="draft GGUF")
     g.add_argument("--llama-prefix", type=Path, default=None,
-                   help="llama.cpp install (bin/llama-server, capabilities.json); default: the lab build "
-                   "or /opt/llama.cpp/current")
+                   help="llama.cpp install (bin/llama-server, capabilities.json); default: $SPECOPS_LLAMA_PREFIX, "
+                   "else /opt/llama.cpp/current")
+
+
+def _task_args(p: argparse.ArgumentParser) -> None:
+    """The "tasks" group of options."""
     g = p.add_argument_group("tasks")
     g.add_argument("--tasks", type=Path, action="append", default=[],
                    help="task JSONL file (repeatable); default: the standard set " + STANDARD_SET)
@@ -86,6 +81,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--limit-per-workload", type=int, default=None, help="first N tasks of each workload (smoke)")
     g.add_argument("--sample-every", type=int, default=None, metavar="K",
                    help="systematic sample: tasks 1, 1+K, 1+2K, ... of each workload")
+
+
+def _arm_args(p: argparse.ArgumentParser) -> None:
+    """The "arms" group of options."""
     g = p.add_argument_group("arms")
     g.add_argument("--arms", default="standard", help="comma list of arm names, or 'standard' (see --list-arms)")
     g.add_argument("--list-arms", action="store_true", help="print the arms that would run and exit")
@@ -98,6 +97,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-min", type=_ints, default=(), help="n-min arms (draft-n8-nmin<M>)")
     g.add_argument("--quants", type=_strs, default=(), help="llama-quantize types for cheaper drafts")
     g.add_argument("--quant-n-max", type=int, default=4, help="draft n-max of the re-quantised draft arms")
+
+
+def _method_args(p: argparse.ArgumentParser) -> None:
+    """The "method" group of options."""
     g = p.add_argument_group("method")
     g.add_argument("--budget", type=float, default=None, metavar="MINUTES",
                    help="stop before a block that would end past this many minutes (default: 20, "
@@ -128,6 +131,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ctx-size", type=int, default=4096)
     g.add_argument("--memory-mib", type=float, default=None,
                    help="memory the side-by-side servers may use (default: what the host has available)")
+
+
+def _ceiling_args(p: argparse.ArgumentParser) -> None:
+    """The "hardware ceiling" group of options."""
     g = p.add_argument_group("hardware ceiling")
     g.add_argument("--no-ceiling", action="store_true", help="skip the llama-bench hardware ceiling (no pruning)")
     g.add_argument("--ceiling-margin", type=float, default=0.05,
@@ -135,6 +142,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ceiling-depth", type=int, default=256)
     g.add_argument("--ceiling-reps", type=int, default=3)
     g.add_argument("--ceiling-k", type=_ints, default=ceil.KS, help="batch sizes k measured (must include 1)")
+
+
+def _result_args(p: argparse.ArgumentParser) -> None:
+    """The "results" group of options."""
     g = p.add_argument_group("results")
     g.add_argument("--work-dir", type=Path, default=None,
                    help="results (resumable); default $SPECOPS_CACHE/bench/<run-name>")
@@ -146,6 +157,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reference-run", type=Path, default=None, metavar="RESULTS_JSON",
                    help="results.json of an exhaustive run: the report says whether the picks agree")
     g.add_argument("--quiet", action="store_true")
+
+
+def _recommendation_args(p: argparse.ArgumentParser) -> None:
+    """The "recommendation" group of options."""
     g = p.add_argument_group("recommendation")
     g.add_argument("--rule", choices=("identical", "fastest"), default="identical")
     g.add_argument("--vars-file", type=Path, default=DEFAULT_VARS_FILE)
@@ -156,6 +171,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="inventory for --apply (repeatable; default inventory/hosts.yml)")
     g.add_argument("--deploy-var", action="append", default=[], metavar="KEY=VALUE",
                    help="extra variable for the --apply deploy (repeatable)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    _models_args(p)
+    _task_args(p)
+    _arm_args(p)
+    _method_args(p)
+    _ceiling_args(p)
+    _result_args(p)
+    _recommendation_args(p)
 
 
 def _err(msg: str) -> None:
@@ -251,60 +276,106 @@ def _capacity(args: argparse.Namespace, cfg: BenchConfig, arms: list[Arm]) -> tu
     return n, note
 
 
-def run(args: argparse.Namespace) -> int:
-    work = args.work_dir or cache_dir() / "bench" / args.run_name
-    store = ResultStore(work)
-    progress = Progress(quiet=args.quiet)
-    if args.report_only:
-        try:
-            return _report(args, store)
-        except (FileNotFoundError, StoreError) as exc:
-            _err(str(exc))
-            return 2
-    reps = args.reps if args.reps is not None else (3 if args.exhaustive else 1)
-    budget_min = args.budget if args.budget is not None else (None if args.exhaustive else 20.0)
-    try:
-        selected = armsmod.select_arms(arm_names(args))
-        tasks = load_tasks(args.tasks, list(args.workloads) or None, args.limit_per_workload, args.sample_every)
-    except (armsmod.ArmError, TaskError) as exc:
-        _err(str(exc))
-        return 2
+class _Stop(Exception):
+    """``run`` ends early: the reason is already printed, ``code`` is the exit status."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _fail(msg: str, code: int = 2) -> NoReturn:
+    _err(msg)
+    raise _Stop(code)
+
+
+@dataclass
+class _Inputs:
+    """What the command line resolves to before anything is measured."""
+
+    reps: int
+    selected: list[Arm]
+    tasks: list[Task]
+    prefix: Path
+    caps: Capabilities
+    needs_draft: bool
+    derived: dict[str, Path]  # re-quantised drafts: type → GGUF
+    cfg: BenchConfig
+    arm_defs: dict[str, dict[str, Any]]
+
+
+@dataclass
+class _Ceiling:
+    """The hardware ceiling as this run has it: measured now, kept from the first run, skipped or missing."""
+
+    data: dict[str, Any] | None
+    note: str
+    seconds: float
+
+
+@dataclass
+class _Lineup:
+    """The arms that run once the ceiling has pruned those that cannot pay."""
+
+    running: list[Arm]
+    spec_arms: list[str]
+    refs: dict[str, list[str]]  # identity reference → the running arms that refer to it
+    cannot: dict[str, ceil.ArmCeiling]
+    arm_ceilings: dict[str, dict[str, Any]]
+    run_anyway: bool
+
+
+def _check_numbers(args: argparse.Namespace, reps: int, budget_min: float | None) -> None:
     if reps < 1 or args.max_tokens < 1 or args.min_tasks < 2 or not 0 < args.half_width < 1:
-        _err("--reps and --max-tokens must be >= 1, --min-tasks >= 2, --half-width within (0, 1)")
-        return 2
+        _fail("--reps and --max-tokens must be >= 1, --min-tasks >= 2, --half-width within (0, 1)")
     if budget_min is not None and budget_min <= 0:
-        _err("--budget must be a positive number of minutes")
-        return 2
+        _fail("--budget must be a positive number of minutes")
     if not 0.05 <= args.slice <= 10 or args.recycle < 0:
-        _err("--slice must be between 0.05 and 10 seconds, --recycle >= 0")
-        return 2
-    prefix = args.llama_prefix or _default_prefix()
-    server_bin, caps_file = prefix / "bin" / "llama-server", prefix / "capabilities.json"
-    if not server_bin.exists() or not caps_file.exists():
-        _err(f"no llama.cpp build at {prefix} (need bin/llama-server and capabilities.json); "
-             "build it with playbooks/build.yml or pass --llama-prefix")
-        return 2
-    caps = Capabilities.load(caps_file)
-    needs_draft = any(a.draft is not None for a in selected)
+        _fail("--slice must be between 0.05 and 10 seconds, --recycle >= 0")
+
+
+def _check_models(args: argparse.Namespace, needs_draft: bool) -> None:
     if args.target is None:
-        _err("--target is required")
-        return 2
+        _fail("--target is required")
     for label, path in (("target", args.target), ("draft", args.draft if needs_draft else None)):
         if path is not None and not Path(path).exists():
-            _err(f"{label} model {path} not found (specops fetch-model …)")
-            return 2
-    if args.fresh and store.root.exists():
-        store.init_plan({}, fresh=True)  # clears results, keeps nothing of the old plan
-        store.plan_path.unlink(missing_ok=True)
+            _fail(f"{label} model {path} not found (specops fetch-model …)")
 
+
+def _derive_drafts(args: argparse.Namespace, prefix: Path, selected: list[Arm], progress: Progress) -> dict[str, Path]:
     derived: dict[str, Path] = {}
     for q in sorted({a.draft for a in selected if a.draft not in (None, "draft")}):  # type: ignore[type-var]
         progress.note(f"deriving draft {q} with llama-quantize (cached)")
         try:
             derived[str(q)] = derive(prefix / "bin" / "llama-quantize", Path(args.draft), str(q))
         except QuantizeError as exc:
-            _err(str(exc))
-            return 1
+            _fail(str(exc), 1)
+    return derived
+
+
+def _resolve_inputs(args: argparse.Namespace, store: ResultStore, progress: Progress) -> _Inputs:
+    """Arms, tasks, the llama.cpp build, the models and the derived drafts; a bad one ends the run."""
+    reps = args.reps if args.reps is not None else (3 if args.exhaustive else 1)
+    budget_min = args.budget if args.budget is not None else (None if args.exhaustive else 20.0)
+    try:
+        selected = armsmod.select_arms(arm_names(args))
+        tasks = load_tasks(args.tasks, list(args.workloads) or None, args.limit_per_workload, args.sample_every)
+    except (armsmod.ArmError, TaskError) as exc:
+        _fail(str(exc))
+    _check_numbers(args, reps, budget_min)
+    prefix = llama_prefix(args.llama_prefix)
+    server_bin, caps_file = prefix / "bin" / "llama-server", prefix / "capabilities.json"
+    if not server_bin.exists() or not caps_file.exists():
+        _fail(f"no llama.cpp build at {prefix} (need bin/llama-server and capabilities.json); "
+              "build it with playbooks/build.yml or pass --llama-prefix")
+    caps = Capabilities.load(caps_file)
+    needs_draft = any(a.draft is not None for a in selected)
+    _check_models(args, needs_draft)
+    if args.fresh and store.root.exists():
+        store.init_plan({}, fresh=True)  # clears results, keeps nothing of the old plan
+        store.plan_path.unlink(missing_ok=True)
+
+    derived = _derive_drafts(args, prefix, selected, progress)
     cfg = BenchConfig(
         target=Path(args.target), draft=Path(args.draft) if args.draft else None, server_binary=server_bin,
         caps=caps, tasks=tasks, max_tokens=args.max_tokens, seed=args.seed, reps=reps, threads=args.threads,
@@ -314,20 +385,23 @@ def run(args: argparse.Namespace) -> int:
         interleave=args.interleave, slice_s=args.slice, recycle=args.recycle or None,
     )
     arm_defs = {a.name: a.to_dict() for a in selected}
+    return _Inputs(reps=reps, selected=selected, tasks=tasks, prefix=prefix, caps=caps, needs_draft=needs_draft,
+                   derived=derived, cfg=cfg, arm_defs=arm_defs)
 
-    # 1. the ceiling (kept in the work dir: a resumed run prunes exactly as the first one did)
+
+def _ceiling(args: argparse.Namespace, store: ResultStore, inputs: _Inputs, progress: Progress) -> _Ceiling:
+    """The ceiling (kept in the work dir: a resumed run prunes exactly as the first one did)."""
     ceiling = store.load_json("ceiling.json")
     ceiling_note = ""
     ceiling_s = (store.load_plan() or {}).get("ceiling_s", 0.0)
     if ceiling is None and not args.no_ceiling:
-        drafts = {"draft": Path(args.draft)} if needs_draft and args.draft else {}
-        drafts.update(derived)
+        drafts = {"draft": Path(args.draft)} if inputs.needs_draft and args.draft else {}
+        drafts.update(inputs.derived)
         t0 = time.monotonic()
         try:
-            ceiling, ceiling_note = _measure_ceiling(args, prefix, selected, drafts, progress)
+            ceiling, ceiling_note = _measure_ceiling(args, inputs.prefix, inputs.selected, drafts, progress)
         except BenchError as exc:
-            _err(str(exc))
-            return 2
+            _fail(str(exc))
         ceiling_s = time.monotonic() - t0
         if ceiling is not None:
             store.save_json("ceiling.json", ceiling)
@@ -335,6 +409,13 @@ def run(args: argparse.Namespace) -> int:
             _err(ceiling_note)
     elif args.no_ceiling:
         ceiling, ceiling_note = None, "skipped (--no-ceiling)"
+    return _Ceiling(ceiling, ceiling_note, ceiling_s)
+
+
+def _lineup(args: argparse.Namespace, inputs: _Inputs, ceiling: dict[str, Any] | None,
+            progress: Progress) -> _Lineup:
+    """Prune the arms that cannot pay (unless run anyway) and the identity references no running arm needs."""
+    arm_defs, selected = inputs.arm_defs, inputs.selected
     keep, cannot = ceil.prune({n: d for n, d in arm_defs.items() if n not in (BASELINE, AA)}, ceiling,
                               args.ceiling_margin)
     arm_ceilings = {}
@@ -357,29 +438,41 @@ def run(args: argparse.Namespace) -> int:
     spec_arms = [a for a in spec_arms if a not in orphan]
     if not spec_arms:
         progress.note("every speculative arm was pruned by the ceiling: nothing can pay on this host")
+    return _Lineup(running=running, spec_arms=spec_arms, refs=refs, cannot=cannot, arm_ceilings=arm_ceilings,
+                   run_anyway=run_anyway)
+
+
+def _fit_servers(args: argparse.Namespace, cfg: BenchConfig, lineup: _Lineup, progress: Progress) -> tuple[int, str]:
+    """How many servers run side by side (``cfg.capacity``); too few for the paired design ends the run."""
     try:
-        cap, cap_note = _capacity(args, cfg, running)
+        cap, cap_note = _capacity(args, cfg, lineup.running)
     except BenchError as exc:
-        _err(str(exc))
-        return 2
-    if spec_arms and cap < MIN_SERVERS:
-        _err(f"{cap_note}: the paired design needs at least {MIN_SERVERS} (baseline, its A/A twin, one arm). "
-             "Free memory, use smaller models or a smaller --ctx-size")
-        return 2
+        _fail(str(exc))
+    if lineup.spec_arms and cap < MIN_SERVERS:
+        _fail(f"{cap_note}: the paired design needs at least {MIN_SERVERS} (baseline, its A/A twin, one arm). "
+              "Free memory, use smaller models or a smaller --ctx-size")
     cfg.capacity = cap
-    if cap < len(running):
+    if cap < len(lineup.running):
         cap_note += "; the others wait for room (fewer run at once)"
         progress.note(cap_note)
+    return cap, cap_note
 
-    by_wl = {w: [t.id for t in tasks if t.workload == w] for w in workloads_of(tasks)}
-    design_def = {
-        "arms": spec_arms, "tasks": by_wl, "min_tasks": None if args.exhaustive else args.min_tasks,
-        "half_width": args.half_width, "references": refs, "exhaustive": args.exhaustive,
-        "run_anyway": run_anyway, "fpc": True, "aa_precision": args.aa_precision,
+
+def _design_def(args: argparse.Namespace, by_wl: dict[str, list[str]], lineup: _Lineup) -> dict[str, Any]:
+    return {
+        "arms": lineup.spec_arms, "tasks": by_wl, "min_tasks": None if args.exhaustive else args.min_tasks,
+        "half_width": args.half_width, "references": lineup.refs, "exhaustive": args.exhaustive,
+        "run_anyway": lineup.run_anyway, "fpc": True, "aa_precision": args.aa_precision,
         "identity_stop": args.rule == "identical" and not args.exhaustive,
     }
-    counts = {w: len(ids) for w, ids in by_wl.items()}
-    plan: dict[str, Any] = {
+
+
+def _plan(args: argparse.Namespace, inputs: _Inputs, lineup: _Lineup, design_def: dict[str, Any],
+          counts: dict[str, int], ceiling: _Ceiling, cap: int, cap_note: str) -> dict[str, Any]:
+    """The plan the work dir records (a resumed run must match it) and the report reads."""
+    tasks, cfg, derived, caps, prefix = inputs.tasks, inputs.cfg, inputs.derived, inputs.caps, inputs.prefix
+    reps, running, selected, cannot = inputs.reps, lineup.running, inputs.selected, lineup.cannot
+    return {
         "task_set": STANDARD_SET if not args.tasks else ",".join(str(p) for p in args.tasks),
         "task_set_digest": task_set_digest(tasks), "workload_counts": counts,
         "limited": args.limit_per_workload is not None or bool(args.workloads), "sample_every": args.sample_every,
@@ -393,44 +486,78 @@ def run(args: argparse.Namespace) -> int:
         "design": design_def, "budget_s": cfg.budget_s, "interleave": args.interleave, "slice_s": args.slice,
         "recycle": args.recycle,
         "ceiling_margin": args.ceiling_margin,
-        "ceiling_s": round(ceiling_s, 1), "ceiling_note": ceiling_note, "arm_ceilings": arm_ceilings,
+        "ceiling_s": round(ceiling.seconds, 1), "ceiling_note": ceiling.note, "arm_ceilings": lineup.arm_ceilings,
         "pruned": {n: c.to_dict() for n, c in cannot.items()}, "capacity": cap, "capacity_note": cap_note,
         "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine_info(),
         "tasks": [t.to_dict() for t in tasks],
     }
-    if args.list_arms:
-        for a in running:
-            print(f"{a.name:22} {a.description}")
-        for n, c in cannot.items():
-            print(f"{n:22} (cannot pay on this host: ceiling {c.best:.2f}×)")
-        return 0
-    try:
-        resumed = store.init_plan(plan)
-    except StoreError as exc:
-        _err(str(exc))
-        return 2
-    design = Design(spec_arms, by_wl, reps=reps, min_tasks=design_def["min_tasks"], half_width=args.half_width,
-                    seed=args.seed, references=refs, aa_precision=args.aa_precision,
-                    identity_stop=design_def["identity_stop"])
-    total = sum(counts.values())
-    progress.note(
-        f"bench: {len(spec_arms)} arm(s) + baseline + A/A × {total} tasks × {reps} rep(s), max {args.max_tokens} "
-        f"tokens, budget {fmt_s(cfg.budget_s) if cfg.budget_s else 'none'}"
-        f"{' (resuming)' if resumed else ''}; results in {work}")
-    signal.signal(signal.SIGTERM, _sigterm)
-    if spec_arms:
+
+
+def _list_arms(lineup: _Lineup) -> None:
+    for a in lineup.running:
+        print(f"{a.name:22} {a.description}")
+    for n, c in lineup.cannot.items():
+        print(f"{n:22} (cannot pay on this host: ceiling {c.best:.2f}×)")
+
+
+def _run_blocks(cfg: BenchConfig, lineup: _Lineup, design: Design, store: ResultStore, work: Path,
+                progress: Progress) -> None:
+    """The paired, sequential run (what finishes is kept in the work dir), or its outcome when nothing runs."""
+    if lineup.spec_arms:
         try:
-            run_design(cfg, {a.name: a for a in running}, design, store, progress)
+            run_design(cfg, {a.name: a for a in lineup.running}, design, store, progress)
         except BenchError as exc:
             _err(str(exc))
-            _err(f"what finished is kept in {work}; re-run the same command to resume")
-            return 1
+            _fail(f"what finished is kept in {work}; re-run the same command to resume", 1)
         except KeyboardInterrupt:
-            _err(f"interrupted; results so far kept in {work}; re-run the same command to resume")
-            return 130
+            _fail(f"interrupted; results so far kept in {work}; re-run the same command to resume", 130)
     else:
         store.save_json("outcome.json", {"ended": "every arm pruned by the ceiling", "elapsed_s": 0, "blocks": 0,
                                          "status": {}})
+
+
+def run(args: argparse.Namespace) -> int:
+    work = args.work_dir or cache_dir() / "bench" / args.run_name
+    store = ResultStore(work)
+    progress = Progress(quiet=args.quiet)
+    if args.report_only:
+        try:
+            return _report(args, store)
+        except (FileNotFoundError, StoreError) as exc:
+            _err(str(exc))
+            return 2
+    try:
+        inputs = _resolve_inputs(args, store, progress)
+        # 1. the ceiling, and the arms it leaves
+        ceiling = _ceiling(args, store, inputs, progress)
+        lineup = _lineup(args, inputs, ceiling.data, progress)
+        cap, cap_note = _fit_servers(args, inputs.cfg, lineup, progress)
+        # 2. the plan, and the paired, sequential run
+        by_wl = {w: [t.id for t in inputs.tasks if t.workload == w] for w in workloads_of(inputs.tasks)}
+        design_def = _design_def(args, by_wl, lineup)
+        counts = {w: len(ids) for w, ids in by_wl.items()}
+        plan = _plan(args, inputs, lineup, design_def, counts, ceiling, cap, cap_note)
+        if args.list_arms:
+            _list_arms(lineup)
+            return 0
+        try:
+            resumed = store.init_plan(plan)
+        except StoreError as exc:
+            _fail(str(exc))
+        cfg, reps, spec_arms, refs = inputs.cfg, inputs.reps, lineup.spec_arms, lineup.refs
+        design = Design(spec_arms, by_wl, reps=reps, min_tasks=design_def["min_tasks"], half_width=args.half_width,
+                        seed=args.seed, references=refs, aa_precision=args.aa_precision,
+                        identity_stop=design_def["identity_stop"])
+        total = sum(counts.values())
+        progress.note(
+            f"bench: {len(spec_arms)} arm(s) + baseline + A/A × {total} tasks × {reps} rep(s), max {args.max_tokens} "
+            f"tokens, budget {fmt_s(cfg.budget_s) if cfg.budget_s else 'none'}"
+            f"{' (resuming)' if resumed else ''}; results in {work}")
+        signal.signal(signal.SIGTERM, _sigterm)
+        _run_blocks(cfg, lineup, design, store, work, progress)
+    except _Stop as stop:
+        return stop.code
+    # 3. the recommendation, the report, the inventory variables, --apply
     return _report(args, store)
 
 

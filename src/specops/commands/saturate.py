@@ -14,7 +14,7 @@ from pathlib import Path
 from specops.capabilities import Capabilities
 from specops.commands.soak import duration
 from specops.knobs import knob
-from specops.paths import cache_dir
+from specops.paths import llama_prefix
 from specops.profile import ProfileError, ServerProfile
 from specops.server import ServerProcess
 from specops.soak.config import FaultSpec, SoakConfigError
@@ -36,20 +36,10 @@ def _levels(text: str) -> tuple[int, ...]:
     return levels
 
 
-def _default_prefix() -> Path:
-    env = os.environ.get("SPECOPS_LLAMA_PREFIX")
-    if env:
-        return Path(env)
-    for cand in (cache_dir() / "lab" / "opt" / "llama.cpp" / "current", Path("/opt/llama.cpp/current")):
-        if (cand / "bin" / "llama-server").exists():
-            return cand
-    return cache_dir() / "lab" / "opt" / "llama.cpp" / "current"
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("servers (both arms: same build, target, threads, context per slot)")
     m.add_argument("--llama-prefix", type=Path, help="llama.cpp install with bin/llama-server and capabilities.json "
-                   "(default: $SPECOPS_LLAMA_PREFIX, the lab build, /opt/llama.cpp/current)")
+                   "(default: $SPECOPS_LLAMA_PREFIX, else /opt/llama.cpp/current)")
     m.add_argument("--target", type=Path, required=True, help="target GGUF")
     m.add_argument("--draft", type=Path, help="draft GGUF (the speculative arm); without it --spec-type must be an "
                    "n-gram type")
@@ -123,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    prefix = args.llama_prefix or _default_prefix()
+    prefix = llama_prefix(args.llama_prefix)
     binary, caps_file = prefix / "bin" / "llama-server", prefix / "capabilities.json"
     if not binary.exists() or not caps_file.exists():
         return _err(f"no llama.cpp build at {prefix} (need bin/llama-server and capabilities.json)")

@@ -3,7 +3,7 @@
 1. **Ceiling**: llama-bench on this host's device prices a verification batch and a draft step.
 2. **Probes**: a plain server and one server per kind of candidate, each alone on the machine for a few prompts
    (the draft model at the longest and the shortest length, every n-gram type the build has, llama.cpp's
-   ``--spec-default``): the server's own overheads and the acceptance per draft position.
+   ``default`` speculative config): the server's own overheads and the acceptance per draft position.
 3. **Predict** every candidate (:mod:`specops.bench.costmodel`), drop what cannot clear plain decoding.
 4. **Measure** the best few side by side against plain decoding (the bench's paired design, its A/A check and
    identity rule, within what is left of ``--budget``).
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,13 +32,13 @@ from specops.bench.stats import Interval
 from specops.bench.store import ResultStore
 from specops.bench.tasks import Task, TaskError, load_tasks, workloads_of
 from specops.capabilities import Capabilities
-from specops.paths import cache_dir
+from specops.knobs import knob
+from specops.paths import INSTALL_PREFIX, cache_dir, llama_prefix
 from specops.tune import decide, probes
 
 NAME = "tune"
 HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
 
-DEFAULT_PREFIX = Path("/opt/llama.cpp/current")
 CEILING_KS = (1, 2, 3, 5, 9, 13, 17)
 MAX_DRIFT = 0.15  # the plain server's speed may move this much between the first and the last probe
 
@@ -53,12 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", type=Path, help="draft GGUF (draft-length candidates need one)")
     p.add_argument("--llama-prefix", type=Path,
                    help=f"llama.cpp install (bin/llama-server, bin/llama-bench, capabilities.json); default "
-                        f"$SPECOPS_LLAMA_PREFIX, else {DEFAULT_PREFIX}")
+                        f"$SPECOPS_LLAMA_PREFIX, else {INSTALL_PREFIX}")
     p.add_argument("--lengths", default=",".join(map(str, decide.DRAFT_LENGTHS)),
                    help="draft lengths to consider (comma list; default %(default)s)")
     p.add_argument("--ngram", default="auto",
                    help="n-gram types to consider: auto (every type the build lists), a comma list, or '' (none)")
-    p.add_argument("--no-default", action="store_true", help="leave out llama.cpp's --spec-default")
+    p.add_argument("--no-default", action="store_true",
+                   help="leave out llama.cpp's own default speculative config (spec_type default)")
     p.add_argument("--budget", type=float, default=6.0, metavar="MINUTES",
                    help="the whole tune's time; what is still open when it runs out is reported (default 6)")
     p.add_argument("--top", type=int, default=3, help="candidates measured against plain decoding (default 3)")
@@ -128,7 +128,7 @@ class Setup:
 
 
 def _setup(args: argparse.Namespace) -> Setup:
-    prefix = args.llama_prefix or Path(os.environ.get("SPECOPS_LLAMA_PREFIX") or DEFAULT_PREFIX)
+    prefix = llama_prefix(args.llama_prefix)
     server, bench, caps_file = prefix / "bin" / "llama-server", prefix / "bin" / "llama-bench", \
         prefix / "capabilities.json"
     if not server.exists() or not caps_file.exists():
@@ -151,7 +151,7 @@ def _setup(args: argparse.Namespace) -> Setup:
     if missing:
         raise TuneError(f"this build has no speculative type {', '.join(missing)} (it lists: "
                         f"{', '.join(caps.spec_types) or 'none'}); nothing was changed")
-    has_default = bool(caps.has("--spec-default")) and not args.no_default
+    has_default = bool(caps.has(str(knob("spec_type").for_value("default")))) and not args.no_default
     names = probes.candidates(lengths, args.draft is not None, caps.spec_types, ngram, has_default)
     if not names:
         raise TuneError("no candidate: give --draft, or leave --ngram at auto on a build with n-gram types")
@@ -353,7 +353,7 @@ def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: l
         "models": {"target": str(args.target), "target_size": Path(args.target).stat().st_size,
                    "draft": str(args.draft) if args.draft else None,
                    "draft_size": Path(args.draft).stat().st_size if args.draft else None},
-        "concurrency": "one stream: the figures are for one request at a time (--parallel 1)",
+        "concurrency": "one stream: the figures are for one request at a time (one server slot)",
         "work_dir": str(s.work),
     }
 

@@ -3,7 +3,7 @@
 Candidates are named in the bench's arm grammar (:mod:`specops.bench.arms`) with the service's numerics
 (``-fa on -ctv q8_0``, the knob table's defaults, so identity is judged against a plain server of the same
 numerics): ``exact-n<K>`` for the draft model at length K, ``exact-<ngram type>`` for each n-gram type the build
-has, ``exact-spec-default`` for llama.cpp's own ``--spec-default``. The probes run each server alone on the machine
+has, ``exact-spec-default`` for llama.cpp's own default config. The probes run each server alone on the machine
 (loaded, warmed up, the prompts one after another, stopped), so their seconds are the server's own: the plain
 server gives the per-token overhead, the draft probes at the longest and the shortest length the per-round
 terms and the per-position acceptance, each n-gram probe its own acceptance.
@@ -38,7 +38,7 @@ def ngram_candidate(spec_type: str) -> str:
 def candidates(lengths: Sequence[int], has_draft: bool, spec_types: Sequence[str], ngram: Sequence[str] | None,
                with_default: bool = True) -> list[str]:
     """The candidate arms: draft lengths (with a draft model), the n-gram types asked for (None: every one the
-    build lists) and llama.cpp's default where the build has ``--spec-default``."""
+    build lists) and llama.cpp's default config where the build has it."""
     out = [draft_candidate(k) for k in sorted(set(lengths))] if has_draft else []
     types = [t for t in NGRAM_ORDER if t in spec_types] if ngram is None else list(ngram)
     out += [ngram_candidate(t) for t in types]
