@@ -160,7 +160,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
               "SpeculationStateUnknown fires after 10 minutes of 0."),
         Panel("Speed-gate record",
               [(f"specops_speed_gate_record_state{{{SEL}}} == 1", "{{instance}} {{state}}")], "table", width=12,
-              height=6, instant=True, no_value="No record: the llama-server deploy writes it (--speed-gate-file); TabbyAPI has none",
+              height=6, instant=True,
+              no_value="No record: the llama-server deploy writes it (--speed-gate-file); TabbyAPI has none",
               description="The deploy's speed-gate record per host: ok (written for the systemd unit that runs now), "
               "missing, invalid (the exporter's journal says why) or stale (the unit changed since, or the record "
               "names none). The speed-gate lines in the panels above exist only while it is ok and the gate "

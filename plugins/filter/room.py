@@ -34,7 +34,17 @@ def specops_context_problems(models: Any, ctx_size: Any, parallel: Any) -> list[
     return room.context_problems(int(ctx_size or 0), int(parallel or 1), trained)
 
 
+def specops_mtp_problems(target: Any, spec_type: Any) -> list[str]:
+    """``target``: the target's controller path ("" = not read: a file installed some other way)."""
+    if not target:
+        return []
+    try:
+        return room.mtp_problems(str(spec_type or ""), str(target))
+    except (OSError, ValueError) as exc:
+        raise AnsibleFilterError(f"cannot read the target's GGUF header for the draft-mtp check: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {"specops_disk_problems": specops_disk_problems, "specops_build_estimate": specops_build_estimate,
-                "specops_context_problems": specops_context_problems}
+                "specops_context_problems": specops_context_problems, "specops_mtp_problems": specops_mtp_problems}

@@ -34,8 +34,8 @@ from specops.buildopts import (
 from specops.capabilities import Capabilities, parse_help, parse_version
 from specops.deploycheck import check_host, check_inputs, is_loopback, verify_problems
 from specops.devices import device_problem
-from specops.knobs import KNOBS, knob
-from specops.profile import ProfileError, ServerProfile
+from specops.knobs import KNOBS, knob, uses_draft_model
+from specops.profile import ProfileError, ServerProfile, models_wanted
 from specops.unitfile import (
     UnitValueError,
     address_prefix,
@@ -126,6 +126,20 @@ def specops_host_problems(facts: dict, host: str, key_file: str, ports: dict, ou
     llama-server reads them), the ports, and whether the service user can read the models."""
     return check_host(dict(facts), host, str(key_file or ""), {k: int(v) for k, v in dict(ports).items()},
                       list(our_units))
+
+
+def specops_uses_draft_model(spec_type: Any) -> bool:
+    """Does a server of this spec type (one type or a comma-separated list) load a separate draft model? The one
+    rule (specops.knobs.uses_draft_model) the models role (which draft to fetch, check, install) and the service role
+    (the unit's draft, the host's checks) follow: auto and the draft-model types yes; none, default, the n-gram
+    types and draft-mtp no."""
+    return uses_draft_model(spec_type)
+
+
+def specops_models_wanted(models: list, target: str, draft: str, spec_type: Any) -> list:
+    """The entries of specops_models this deploy fetches and installs: the draft's left out where the spec type
+    loads no draft model (unless it is the target too)."""
+    return models_wanted([dict(m) for m in models or []], str(target or ""), str(draft or ""), spec_type)
 
 
 def specops_knob_flags(name: str) -> list[str]:
@@ -295,6 +309,8 @@ class FilterModule:
             "specops_device_problem": specops_device_problem,
             "specops_speed_gate": specops_speed_gate,
             "specops_knob_flags": specops_knob_flags,
+            "specops_uses_draft_model": specops_uses_draft_model,
+            "specops_models_wanted": specops_models_wanted,
             "specops_knob_vars": specops_knob_vars,
             "specops_knob_profile": specops_knob_profile,
             "specops_gate_mode": specops_gate_mode,

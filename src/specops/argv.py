@@ -12,13 +12,15 @@ from __future__ import annotations
 import shlex
 
 from specops.capabilities import Capabilities
-from specops.knobs import DRAFT_TYPES, KNOBS, NGRAM_TYPES, SPEC, knob
+from specops.knobs import DRAFT_TYPES, KNOBS, NGRAM_TYPES, SPEC, knob, uses_draft_model
 from specops.profile import ServerProfile
 from specops.unitfile import exec_line, is_number
 
 # the draft-model knobs, in the order they are written after the draft model and its type
 DRAFT_KNOBS = ("draft_n_max", "draft_n_min", "draft_p_min", "draft_ngl", "draft_threads", "draft_cache_type_k",
                "draft_cache_type_v")
+# those that apply to draft-mtp without a draft model (the target's own head drafts)
+MTP_KNOBS = ("draft_n_max", "draft_n_min", "draft_p_min")
 
 
 class FlagError(ValueError):
@@ -76,7 +78,12 @@ def _valued(caps: Capabilities, p: ServerProfile, names: tuple[str, ...], era: s
 
 
 def _speculative_args(p: ServerProfile, caps: Capabilities) -> list[str]:
+    """The speculation's arguments: the draft model where a member of the type drafts with one, ``--spec-type``
+    with the type or the list (one argument, ``a,b``: llama-server splits it), each member checked against the
+    types the build lists, then each member's own settings (the draft knobs for the draft-* types, the n-gram
+    spellings for the n-gram types; a flag two members share written once)."""
     spec = p.effective_spec_type
+    members = p.spec_types
     era = caps.spec_era
     spec_type = knob("spec_type")
     args: list[str] = []
@@ -89,27 +96,35 @@ def _speculative_args(p: ServerProfile, caps: Capabilities) -> list[str]:
         args.append(_need(caps, f"spec_type {spec}", own_flag))
         return args
 
-    if spec in DRAFT_TYPES:
+    if not caps.has_spec_type:
+        if members != ("draft-simple",):
+            raise FlagError(f"spec_type {spec} is not offered by this build: it has no {spec_type.flag}, only "
+                            "draft-simple with a draft model; rebuild llama.cpp at a commit that has it")
+        return [_need(caps, "draft model", *knob("draft_model").flags), str(p.draft_model),
+                *_valued(caps, p, DRAFT_KNOBS, era)]
+    missing = [m for m in members if caps.spec_types and m not in caps.spec_types]
+    if missing:
+        raise FlagError(f"spec_type {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not offered by this "
+                        f"build (its {spec_type.flag} lists {', '.join(caps.spec_types)}); pick from those "
+                        "(llama_server_spec_type in the role) or rebuild llama.cpp at a commit that has it")
+    if uses_draft_model(spec):
         args += [_need(caps, "draft model", *knob("draft_model").flags), str(p.draft_model)]
-        if caps.has_spec_type:
-            if caps.spec_types and spec not in caps.spec_types:
-                raise FlagError(f"spec_type {spec} is not offered by this build ({', '.join(caps.spec_types)})")
-            args += [spec_type.flag, spec]
-        elif spec != "draft-simple":
-            raise FlagError(f"spec_type {spec} needs a build with {spec_type.flag}; this one only has draft-simple")
-        return args + _valued(caps, p, DRAFT_KNOBS, era)
-
-    if spec in NGRAM_TYPES:
-        if not caps.has_spec_type or (caps.spec_types and spec not in caps.spec_types):
-            raise FlagError(f"spec_type {spec} is not offered by this build")
-        args += [spec_type.flag, spec]
+    args += [spec_type.flag, spec]
+    written: set[str] = set()
+    if any(m in DRAFT_TYPES for m in members):
+        # draft-mtp alone has no draft model: only the draft length and probability apply to its head
+        names = DRAFT_KNOBS if uses_draft_model(spec) else MTP_KNOBS
+        draft_args = _valued(caps, p, names, era)
+        written.update(a for a in draft_args if a.startswith("-"))
+        args += draft_args
+    for member in (m for m in members if m in NGRAM_TYPES):
         for k in KNOBS:
-            flag = k.for_spec_type(spec)
+            flag = k.for_spec_type(member)
             value = getattr(p, k.name, None) if flag else None
-            if flag is not None and value is not None:
+            if flag is not None and value is not None and flag not in written:
                 args += [_need(caps, k.name, flag), str(value)]
-        return args
-    raise FlagError(f"unsupported spec_type {spec}")
+                written.add(flag)
+    return args
 
 
 def _switch(caps: Capabilities, name: str, value: bool | None) -> list[str]:

@@ -16,8 +16,9 @@ import re
 import stat
 from typing import Any
 
-from specops.knobs import knob
+from specops.knobs import DRAFT_MODEL_TYPES, KNOBS, knob, spec_type_members, spec_type_problem, uses_draft_model
 from specops.knobs import ranges as knob_ranges
+from specops.profile import no_draft_why
 from specops.unitfile import UnitValueError, absolute_path, executable, memory_size, plain_name, representable
 
 _INT = re.compile(r"[+-]?\d+\Z")
@@ -79,6 +80,12 @@ TEXT = ("llama_server_service_name", "llama_server_baseline_service_name", "llam
         "tabbyapi_draft_cache_mode")
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@-]+\Z")
 PORTS = ("llama_server_port", "llama_server_baseline_port")
+# settings whose value is a comma-separated list of their choices (the spec type): checked member by member here,
+# their argument specs carry no choices
+LISTED = {k.role_var for k in KNOBS if k.listed}
+SPEC_TYPE_VAR = knob("spec_type").role_var
+# where a deploy's draft model is named: the models role's entry (the root), then the service's path
+DRAFT_VARS = ("specops_models_draft", "llama_server_draft_model")
 SERVICE_USER = "the service user (systemd DynamicUser)"
 
 
@@ -183,6 +190,8 @@ def _type_problem(name: str, value: Any, spec: dict[str, Any]) -> str | None:
 
 
 def _choice_problem(name: str, value: Any, spec: dict[str, Any]) -> str | None:
+    if name in LISTED:
+        return None         # each member against the table: _speculation_problems
     choices = spec.get("choices")
     if not choices or value is None or (value == "" and not spec.get("required")):
         return None
@@ -235,7 +244,39 @@ def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
                 representable(arg, f"llama_server_extra_args[{i}]")
             except UnitValueError as exc:
                 problems.append(str(exc))
-    return problems + _exposure_problems(values, problems)
+    return problems + _speculation_problems(values, problems) + _exposure_problems(values, problems)
+
+
+def _speculation_problems(values: dict[str, Any], problems: list[str]) -> list[str]:
+    """The spec type (one type or a comma-separated list, each member a known type) and its draft model: a draft
+    named for a type that loads none (n-gram types, draft-mtp, default, none: llama-server would load it and never
+    use it), no draft for a type that drafts with one. One line, naming the variable to change."""
+    reported = {p.split("=", 1)[0].split(":", 1)[0] for p in problems}
+    spec = values.get(SPEC_TYPE_VAR)
+    if SPEC_TYPE_VAR not in values or spec is None or SPEC_TYPE_VAR in reported:
+        return []
+    problem = spec_type_problem(spec)
+    if problem:
+        return [f"{SPEC_TYPE_VAR}={spec!r}: {problem}; pick one of those, or list speculative types with commas "
+                f"(e.g. {SPEC_TYPE_VAR}: draft-mtp,ngram-mod)"]
+    if not uses_draft_model(spec):
+        for name in DRAFT_VARS:
+            draft = values.get(name)
+            if isinstance(draft, str) and draft.strip() and name not in reported:
+                also = " and drop its entry from specops_models" if name == "specops_models_draft" else ""
+                return [f"{name}={draft!r}: a draft model, but {SPEC_TYPE_VAR}={spec!r} loads none "
+                        f"({no_draft_why(spec)}), so llama-server would load it and never use it; "
+                        f"set {name}: \"\"{also}, or a {SPEC_TYPE_VAR} that drafts with a model "
+                        f"({', '.join(DRAFT_MODEL_TYPES[:2])})"]
+        return []
+    with_model = [m for m in spec_type_members(spec) if m in DRAFT_MODEL_TYPES]
+    draft = values.get("llama_server_draft_model")
+    if with_model and "llama_server_draft_model" in values and not (isinstance(draft, str) and draft.strip()) \
+            and "llama_server_draft_model" not in reported:
+        return [f"{SPEC_TYPE_VAR}={spec!r}: {with_model[0]} drafts with a separate draft model and none is set; set "
+                "specops_models_draft to the draft's entry in specops_models (or llama_server_draft_model to its "
+                f"path), or a {SPEC_TYPE_VAR} that needs none (an n-gram type such as ngram-mod, or draft-mtp)"]
+    return []
 
 
 def _environment_problems(name: str, env: Any) -> list[str]:

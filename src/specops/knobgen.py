@@ -60,6 +60,8 @@ def _described(k: Knob) -> str:
     extra += [f"llama.cpp: {_scalar(k.llama_default)}"] if k.llama_default is not None else []
     if range_text(k):
         extra.append(range_text(k))
+    if k.listed:  # its argument specs carry no choices: the description names them
+        extra.append(f"each of: {', '.join(k.choices)}")
     return k.doc + (f" ({'; '.join(extra)})" if extra else "")
 
 
@@ -68,7 +70,8 @@ def defaults_block() -> str:
     for k in KNOBS:
         if not k.role or k.name in COMPUTED:
             continue
-        lines += textwrap.wrap(_described(k), 116, initial_indent="# ", subsequent_indent="# ")
+        lines += textwrap.wrap(_described(k), 116, initial_indent="# ", subsequent_indent="# ",
+                               break_on_hyphens=False)
         lines.append(f"{k.role_var}: {_scalar(role_default(k))}")
     return "\n".join(lines) + "\n"
 
@@ -84,7 +87,7 @@ def specs_block(indent: str = "      ") -> str:
             lines.append(f"{indent}  elements: str")
         if k.name not in COMPUTED and role_default(k) is not None:
             lines.append(f"{indent}  default: {_scalar(role_default(k))}")
-        if k.choices:
+        if k.choices and not k.listed:  # a listed one (the spec type) is checked member by member: deploycheck
             choices = ([None] if k.default is None else []) + list(k.choices)
             flow = f"{indent}  choices: {_scalar(choices)}"
             lines += [flow] if len(flow) <= 116 else [f"{indent}  choices:", *(f"{indent}    - {_scalar(c)}"

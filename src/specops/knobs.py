@@ -26,7 +26,14 @@ ERAS = (SPEC, LEGACY)
 
 DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-SPEC_TYPES = ("auto", "none", "default", *DRAFT_TYPES, *NGRAM_TYPES)
+# the types that draft with a separate draft model (-md). draft-mtp drafts with the target's own multi-token-prediction
+# head (the pinned tree builds its draft context from the target: common/speculative.cpp, "creating MTP draft context
+# against the target model"); the n-gram types draft from the text itself
+DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
+# ours (auto), an explicit baseline (none), llama.cpp's own config (default: --spec-default, ngram-mod at 0c1e57098):
+# each stands alone, never in a list
+SPEC_TYPE_WORDS = ("auto", "none", "default")
+SPEC_TYPES = (*SPEC_TYPE_WORDS, *DRAFT_TYPES, *NGRAM_TYPES)
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 FLASH_ATTN = ("on", "off", "auto")
 
@@ -54,6 +61,9 @@ class Knob:
     default: object = None  # ours: what the service role deploys
     llama_default: object = None  # llama-server's own at 0c1e57098 (None: unset, auto or the model's)
     choices: tuple[str, ...] = ()
+    # the value is a comma-separated list of choices (llama.cpp's own list syntax): the role's argument specs carry
+    # no choices for it (Ansible would refuse a list), the first play checks each member (specops.deploycheck)
+    listed: bool = False
     fit: bool = False  # the memory fit depends on it
     bench: bool = False  # specops bench tunes it: its recommendation writes llama_server_<name>
     role: bool = True  # roles/llama_server exposes it as llama_server_<name>
@@ -140,9 +150,10 @@ KNOBS: tuple[Knob, ...] = (
          ("--spec-draft-model", "-md", "--model-draft"), fit=True),
     # ---- speculation ---------------------------------------------------------------------------------
     Knob("spec_type", "str", "auto (draft-simple with a draft model, else none), none, default "
-         "(llama.cpp's own) or a speculative type", ("--spec-type",), legacy=(),
+         "(llama.cpp's own) or a speculative type, or a comma-separated list of them (draft-mtp,ngram-mod); "
+         "n-gram types and draft-mtp load no draft model", ("--spec-type",), legacy=(),
          value_flags=(("default", "--spec-default"),), default="auto", llama_default="none",
-         choices=SPEC_TYPES, bench=True),
+         choices=SPEC_TYPES, listed=True, bench=True),
     # CPU 2: byte-identical output and the cheapest verification on a 2-core CPU (reports/speculative_benchmark.md);
     # CUDA 16: a verification batch costs ~2 steps from 8 to 17 tokens on an H100, the 14B target paid 1.39x at 16
     # against 1.13x at 8 and 0.95x at 2 (reports/gpu-h100.md). Other GPU backends are not measured yet: the CPU's.
@@ -228,6 +239,42 @@ def knob(name: str) -> Knob:
         return _BY_NAME[name]
     except KeyError:
         raise KeyError(f"no llama-server knob {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def spec_type_members(spec_type: object) -> tuple[str, ...]:
+    """The members of a spec type as ``--spec-type`` takes it, a comma-separated list: ``"draft-mtp, ngram-mod"`` ->
+    ``("draft-mtp", "ngram-mod")`` (blanks around a member dropped: llama-server would not)."""
+    return tuple(m.strip() for m in ("" if spec_type is None else str(spec_type)).split(",") if m.strip())
+
+
+def spec_type_problem(spec_type: object) -> str | None:
+    """Why ``spec_type`` is no spec type (text to follow the value), or None: each member one of :data:`SPEC_TYPES`,
+    auto/none/default only alone, no member twice."""
+    members = spec_type_members(spec_type)
+    if not isinstance(spec_type, str) or not members:
+        return f"not one of {', '.join(SPEC_TYPES)}, nor a comma-separated list of speculative types"
+    unknown = [m for m in members if m not in SPEC_TYPES]
+    if unknown:
+        return (f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not one of {', '.join(SPEC_TYPES)}"
+                + (" (a list takes the speculative types only)" if len(members) > 1 else ""))
+    alone = [m for m in members if m in SPEC_TYPE_WORDS]
+    if alone and len(members) > 1:
+        return (f"{alone[0]} stands alone, not in a list; list speculative types only "
+                f"({', '.join(DRAFT_TYPES + NGRAM_TYPES)})")
+    twice = sorted({m for m in members if members.count(m) > 1})
+    if twice:
+        return f"{', '.join(twice)} listed twice; name each type once"
+    return None
+
+
+def uses_draft_model(spec_type: object) -> bool:
+    """Does a server of ``spec_type`` (one type or a comma-separated list) load a separate draft model (``-md``)?
+    ``auto`` does (draft-simple, when one is given), and so does a list with a member of :data:`DRAFT_MODEL_TYPES`;
+    ``none``, ``default`` (``--spec-default``: ngram-mod at 0c1e57098), the n-gram types and draft-mtp (the target's
+    own MTP head) do not. The one rule for the models role (which draft to fetch, check and install), the service
+    role (whether the unit gets the draft), the first play's refusals and ``specops fit``."""
+    members = spec_type_members(spec_type)
+    return members == ("auto",) or any(m in DRAFT_MODEL_TYPES for m in members)
 
 
 def ranges() -> dict[str, tuple[float | None, float | None]]:

@@ -10,9 +10,22 @@ import contextlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from specops.knobs import CACHE_TYPES, DRAFT_TYPES, FLASH_ATTN, NGRAM_TYPES, SPEC_TYPES, knob, ranges
+from specops.knobs import (
+    CACHE_TYPES,
+    DRAFT_MODEL_TYPES,
+    DRAFT_TYPES,
+    FLASH_ATTN,
+    NGRAM_TYPES,
+    SPEC_TYPES,
+    knob,
+    ranges,
+    spec_type_members,
+    spec_type_problem,
+    uses_draft_model,
+)
 
-__all__ = ["CACHE_TYPES", "DRAFT_TYPES", "NGRAM_TYPES", "SPEC_TYPES", "ProfileError", "ServerProfile"]
+__all__ = ["CACHE_TYPES", "DRAFT_MODEL_TYPES", "DRAFT_TYPES", "NGRAM_TYPES", "SPEC_TYPES", "ProfileError",
+           "ServerProfile", "models_wanted", "no_draft_why", "uses_draft_model"]
 
 
 class ProfileError(ValueError):
@@ -24,7 +37,9 @@ class ServerProfile:
     """Everything that decides llama-server's command line.
 
     ``spec_type``: ``auto`` (draft-simple when a draft model is set, else none), ``none`` (an explicit
-    baseline), ``default`` (llama.cpp's own ``--spec-default``), or any speculative type.
+    baseline), ``default`` (llama.cpp's own ``--spec-default``), any speculative type, or a comma-separated list of
+    speculative types (``draft-mtp,ngram-mod``: llama-server runs each). A draft model goes with the types that draft
+    with one (:data:`specops.knobs.DRAFT_MODEL_TYPES`) and with no other: draft-mtp drafts with the target's own head.
     ``None`` means "leave llama.cpp's default" for every optional knob. One field per knob of
     :data:`specops.knobs.KNOBS`, same name (``tests/unit/test_knobs.py`` checks it); the table documents them.
     """
@@ -84,9 +99,15 @@ class ServerProfile:
 
     @property
     def effective_spec_type(self) -> str:
-        if self.spec_type == "auto":
+        """The type(s) the server runs: auto resolved, a list written as ``--spec-type`` takes it (``a,b``)."""
+        if spec_type_members(self.spec_type) == ("auto",):
             return "draft-simple" if self.draft_model else "none"
-        return self.spec_type
+        return ",".join(spec_type_members(self.spec_type))
+
+    @property
+    def spec_types(self) -> tuple[str, ...]:
+        """The members of :attr:`effective_spec_type`."""
+        return spec_type_members(self.effective_spec_type)
 
     @property
     def speculative(self) -> bool:
@@ -111,15 +132,18 @@ class ServerProfile:
 
     def validate(self) -> None:
         st = self.spec_type
-        if st not in SPEC_TYPES:
-            raise ProfileError(f"spec_type {st!r} is not one of {', '.join(SPEC_TYPES)}")
+        problem = spec_type_problem(st)
+        if problem:
+            raise ProfileError(f"spec_type {st!r}: {problem}")
         eff = self.effective_spec_type
-        if eff in DRAFT_TYPES and not self.draft_model:
-            raise ProfileError(f"spec_type {eff} needs draft_model (path to the draft GGUF)")
-        if self.draft_model and eff not in DRAFT_TYPES and eff != "default":
+        with_model = [m for m in self.spec_types if m in DRAFT_MODEL_TYPES]
+        if with_model and not self.draft_model:
+            raise ProfileError(f"spec_type {eff} needs draft_model (path to the draft GGUF): {with_model[0]} drafts "
+                               "with a separate draft model")
+        if self.draft_model and not uses_draft_model(eff):
             raise ProfileError(
-                f"draft_model is set but spec_type is {eff}: the draft would be loaded and never used. "
-                "Use spec_type auto or draft-simple, or drop draft_model."
+                f"draft_model is set but spec_type is {eff}, which loads no draft model ({no_draft_why(eff)}): "
+                "the draft would be loaded and never used. Use spec_type auto or draft-simple, or drop draft_model."
             )
         self._check_ranges()
         if self.draft_n_max is not None and self.draft_n_min is not None and self.draft_n_min > self.draft_n_max:
@@ -132,3 +156,27 @@ class ServerProfile:
                 raise ProfileError(f"{name} {value!r} is not one of {', '.join(CACHE_TYPES)}")
         if not isinstance(self.extra_args, list) or not all(isinstance(a, str) for a in self.extra_args):
             raise ProfileError("extra_args must be a list of strings")
+
+
+def no_draft_why(spec_type: object) -> str:
+    """Why a spec type that loads no draft model drafts without one (for the refusals)."""
+    members = spec_type_members(spec_type)
+    if members == ("none",):
+        return "no speculation"
+    if members == ("default",):
+        return f"llama.cpp's {knob('spec_type').for_value('default')} is an n-gram config"
+    parts = []
+    if "draft-mtp" in members:
+        parts.append("draft-mtp drafts with the target's own MTP head")
+    if any(m in NGRAM_TYPES for m in members):
+        parts.append("n-gram types draft from the text itself")
+    return "; ".join(parts) or "it drafts without one"
+
+
+def models_wanted(models: list[dict[str, Any]], target: str, draft: str, spec_type: object) -> list[dict[str, Any]]:
+    """The entries of ``specops_models`` a deploy of ``spec_type`` fetches and installs: all of them, less the draft's
+    (the entry named ``draft``; an entry's name defaults to its catalog name) when the type loads no draft model,
+    unless the draft is the target too."""
+    if not draft or draft == target or uses_draft_model(spec_type):
+        return list(models)
+    return [m for m in models if (m.get("name") or m.get("catalog")) != draft]

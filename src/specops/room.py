@@ -1,12 +1,15 @@
 """Does the deploy have room on the host: disk for the models and the build, a context the models were trained for.
 
-Both are checked in deploy.yml's first play, before anything is built, copied or restarted, each problem one line
+Each is checked in deploy.yml's first play, before anything is built, copied or restarted, each problem one line
 naming the variable, the figures and the fix:
 
 - **disk**: every file the deploy will write (each model not already on the host at its size, the build), grouped
   by the filesystem that receives it (from the host's ``disk_facts.py``), against that filesystem's free space
   less a margin. Ansible copies a model through a temporary directory: the models role keeps that directory on
   the models' own filesystem, so each model needs its size once there.
+- **MTP head**: ``draft-mtp`` (alone or in a list) drafts with the target's own multi-token-prediction layers, which
+  llama.cpp reads from ``<arch>.nextn_predict_layers`` in the target's GGUF header; a target without them has no
+  head to build the MTP draft context from, and is refused here.
 - **context**: each slot's context (``ctx_size / parallel``; the whole ``ctx_size`` with one slot) against the
   training context (``<arch>.context_length``) in the target's and draft's GGUF headers. llama.cpp only logs
   "possible training context overflow" and serves text that degrades past it.
@@ -95,3 +98,27 @@ def context_problems(ctx_size: int, parallel: int, models: list[Trained]) -> lis
                 f"the text degrades. Set llama_server_ctx_size <= {m.context_length * max(1, parallel)}, or "
                 f"{ALLOW_CTX}: true to serve it anyway (warned on every deploy)")
     return problems
+
+
+MTP_TYPE = "draft-mtp"
+SPEC_TYPE_VAR = "llama_server_spec_type"
+
+
+def mtp_problems(spec_type: str, target: str | Path) -> list[str]:
+    """One line when ``spec_type`` has draft-mtp and the target's GGUF header has no ``<arch>.nextn_predict_layers``
+    (or 0 of them): llama.cpp's MTP draft context is built from those layers of the target."""
+    from specops.ggufmeta import read  # gguf + numpy: only when asked
+    from specops.knobs import spec_type_members
+
+    if MTP_TYPE not in spec_type_members(spec_type):
+        return []
+    info = read(target, check_data=False)
+    key = f"{info.arch}.nextn_predict_layers"
+    layers = info.get(key)
+    if layers is not None and int(layers) > 0:
+        return []
+    has = f"{key} = {int(layers)}" if layers is not None else f"no {key}"
+    return [f"{SPEC_TYPE_VAR}={spec_type!r}: draft-mtp drafts with the target's own multi-token-prediction layers, but "
+            f"the target {Path(target).name} ({info.arch}) has {has} in its GGUF header; deploy a target converted "
+            f"with its MTP layers (e.g. qwen35, glm4-moe, deepseek2) or set {SPEC_TYPE_VAR} to a type without "
+            "draft-mtp (an n-gram type such as ngram-mod, or draft-simple with specops_models_draft)"]

@@ -260,7 +260,9 @@ def test_argument_specs_agree_with_the_table(k) -> None:
     assert spec is not None, f"roles/llama_server/meta/argument_specs.yml does not describe {k.role_var}"
     kind = spec.get("type", "str")
     assert kind == k.type, f"{k.role_var}: argument_specs type {kind!r}, table {k.type!r}"
-    if k.choices:  # null among them: the variable may leave the setting to llama-server
+    if k.listed:  # a comma-separated list of choices: Ansible would refuse a list, the first play checks each member
+        assert "choices" not in spec, f"{k.role_var}: a listed setting's argument specs carry no choices"
+    elif k.choices:  # null among them: the variable may leave the setting to llama-server
         choices = tuple(c for c in spec.get("choices", ()) if c is not None)
         assert choices == tuple(k.choices), f"{k.role_var}: choices {choices}, table {k.choices}"
     if "default" in spec:

@@ -25,7 +25,7 @@ from specops.fit import (
     unset,
 )
 from specops.ggufmeta import GGUFError
-from specops.knobs import DRAFT_TYPES, LIST_DEVICES_FLAG, Knob, fit_knobs
+from specops.knobs import LIST_DEVICES_FLAG, Knob, fit_knobs, uses_draft_model
 from specops.profile import ProfileError, ServerProfile
 from specops.tabbyapi import fitcli
 
@@ -120,8 +120,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         profile = _profile(args.profile)
         params = fit_params(args, profile)
-        draft = args.draft if profile is None or ServerProfile.from_dict(profile).effective_spec_type in DRAFT_TYPES \
-            else None  # the profile deploys no draft model: none to count
+        # a profile that deploys no draft model (no speculation, n-gram, draft-mtp) has none to count
+        spec = None if profile is None else ServerProfile.from_dict(profile).effective_spec_type
+        draft = args.draft if spec is None or uses_draft_model(spec) else None
         memory = measure_memory(args.backend, args.memory_basis, memory_mib=args.memory_mib,
                                 nvidia_smi_output=args.nvidia_smi_output,
                                 list_devices_output=args.devices_output.read_text() if args.devices_output else None)
