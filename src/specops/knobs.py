@@ -74,6 +74,9 @@ class Knob:
     # (backend, default) where a backend must differ from ``default`` (which every other backend takes): the role
     # writes null for such a knob and the profile takes the host's backend's value from here
     backend_defaults: tuple[tuple[str, object], ...] = ()
+    # the server profile's default (specops.profile.ServerProfile): None = leave llama.cpp's; set only where a profile
+    # must say something (the listen address, the context shape, the endpoints the proof reads)
+    profile_default: object = None
 
     def spellings(self, era: str = SPEC) -> tuple[str, ...]:
         """The spellings to try, preferred first, on a build of ``era``."""
@@ -153,7 +156,7 @@ KNOBS: tuple[Knob, ...] = (
          "(llama.cpp's own) or a speculative type, or a comma-separated list of them (draft-mtp,ngram-mod); "
          "n-gram types and draft-mtp load no draft model", ("--spec-type",), legacy=(),
          value_flags=(("default", "--spec-default"),), default="auto", llama_default="none",
-         choices=SPEC_TYPES, listed=True, bench=True),
+         choices=SPEC_TYPES, listed=True, bench=True, profile_default="auto"),
     # CPU 2: byte-identical output and the cheapest verification on a 2-core CPU (reports/speculative_benchmark.md);
     # CUDA 16: a verification batch costs ~2 steps from 8 to 17 tokens on an H100, the 14B target paid 1.39x at 16
     # against 1.13x at 8 and 0.95x at 2 (reports/gpu-h100.md). Other GPU backends are not measured yet: the CPU's.
@@ -187,12 +190,14 @@ KNOBS: tuple[Knob, ...] = (
     Knob("ngram_min_hits", "int", "n-gram min hits", per_spec_type=_ngram("min-hits"),
          aliases=("--spec-ngram-min-hits",), llama_default=1, low=1),
     # ---- server --------------------------------------------------------------------------------------
-    Knob("host", "str", "listen address", ("--host",), default="127.0.0.1", llama_default="127.0.0.1"),
+    Knob("host", "str", "listen address", ("--host",), default="127.0.0.1", llama_default="127.0.0.1",
+         profile_default="127.0.0.1"),
     Knob("port", "int", "listen port (always passed: newer builds moved the default)", ("--port",),
-         default=8080, llama_default=8080, low=1, high=65535),
+         default=8080, llama_default=8080, low=1, high=65535, profile_default=8080),
     Knob("ctx_size", "int", "total context over all slots (0 = the model's)", ("--ctx-size", "-c"),
-         default=4096, llama_default=0, fit=True, low=0),
-    Knob("parallel", "int", "server slots", ("--parallel", "-np"), default=1, llama_default=-1, fit=True, low=1),
+         default=4096, llama_default=0, fit=True, low=0, profile_default=4096),
+    Knob("parallel", "int", "server slots", ("--parallel", "-np"), default=1, llama_default=-1, fit=True, low=1,
+         profile_default=1),
     Knob("ubatch_size", "int", "physical batch size (the compute buffers scale with it)",
          ("--ubatch-size", "-ub"), llama_default=512, fit=True, role=False, low=1),
     Knob("kv_unified", "bool", "one KV buffer shared by all slots (llama.cpp: only when the slots are auto)",
@@ -216,18 +221,18 @@ KNOBS: tuple[Knob, ...] = (
     Knob("cache_ram_mib", "int", "MiB of host RAM the prompt cache may fill, counted by the memory fit "
          "(0 disables, -1 unbounded)", ("--cache-ram", "-cram"), default=1024, llama_default=8192, fit=True, low=-1),
     Knob("metrics", "bool", "the /metrics endpoint (always on: the exporter and the proof read it)",
-         ("--metrics",), default=True, llama_default=False, role=False),
+         ("--metrics",), default=True, llama_default=False, role=False, profile_default=True),
     Knob("slots", "bool", "the /slots endpoint, where the build has the flag", ("--slots",),
-         off_flags=("--no-slots",), default=True, llama_default=True, role=False),
+         off_flags=("--no-slots",), default=True, llama_default=True, role=False, profile_default=True),
     Knob("alias", "str", "model name in the API", ("--alias", "-a")),
     Knob("api_key_file", "str", "API key file on the host: absolute, owned by root, not readable by group or "
          "others (preflight refuses anything else with the chown/chmod to run); the unit hands it over with "
          "LoadCredential=, so it stays root-only; read by the probes too, never logged",
          ("--api-key-file",), role_unset=""),
     Knob("jinja", "bool", "adds the jinja flag when true (llama.cpp enables jinja by default here)",
-         ("--jinja",), off_flags=("--no-jinja",), llama_default=True, role=False),
+         ("--jinja",), off_flags=("--no-jinja",), llama_default=True, role=False, profile_default=False),
     Knob("extra_args", "list", "further arguments; each flag must exist in the build (removed or unknown "
-         "ones fail preflight)", default=()),
+         "ones fail preflight)", default=(), profile_default=()),
 )
 
 _BY_NAME = {k.name: k for k in KNOBS}

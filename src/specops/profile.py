@@ -7,7 +7,7 @@ Profiles come from Ansible variables, YAML files or the bench harness. They are 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, field, fields, make_dataclass
 from typing import Any
 
 from specops.knobs import (
@@ -15,6 +15,7 @@ from specops.knobs import (
     DRAFT_MODEL_TYPES,
     DRAFT_TYPES,
     FLASH_ATTN,
+    KNOBS,
     NGRAM_TYPES,
     SPEC_TYPES,
     knob,
@@ -32,8 +33,27 @@ class ProfileError(ValueError):
     """A profile that cannot be rendered: says what is wrong and what to do."""
 
 
-@dataclass
-class ServerProfile:
+_PY_TYPES = {"int": "int", "float": "float", "str": "str", "bool": "bool", "raw": "int | str", "list": "list[str]"}
+
+
+def _profile_fields() -> list[tuple[str, str] | tuple[str, str, Any]]:
+    """The profile's fields from the knob table: one per knob, same name; the type from the knob's (optional unless
+    the profile has a default of its own), the default its ``profile_default`` (None: llama.cpp's own)."""
+    out: list[tuple[str, str] | tuple[str, str, Any]] = []
+    for k in KNOBS:
+        base = _PY_TYPES[k.type]
+        if k.name == "model":
+            out.append((k.name, base))  # required: the one setting without a default
+        elif k.type == "list":
+            out.append((k.name, base, field(default_factory=lambda d=k.profile_default: list(d or ()))))
+        elif k.profile_default is None:
+            out.append((k.name, f"{base} | None", field(default=None)))
+        else:
+            out.append((k.name, base, field(default=k.profile_default)))
+    return out
+
+
+class _Profile:
     """Everything that decides llama-server's command line.
 
     ``spec_type``: ``auto`` (draft-simple when a draft model is set, else none), ``none`` (an explicit
@@ -41,46 +61,12 @@ class ServerProfile:
     speculative types (``draft-mtp,ngram-mod``: llama-server runs each). A draft model goes with the types that draft
     with one (:data:`specops.knobs.DRAFT_MODEL_TYPES`) and with no other: draft-mtp drafts with the target's own head.
     ``None`` means "leave llama.cpp's default" for every optional knob. One field per knob of
-    :data:`specops.knobs.KNOBS`, same name (``tests/unit/test_knobs.py`` checks it); the table documents them.
+    :data:`specops.knobs.KNOBS`, same name, typed and defaulted from the table (:func:`_profile_fields`): a new
+    llama-server setting is one entry there.
     """
 
-    model: str
-    draft_model: str | None = None
-    spec_type: str = "auto"
-    draft_n_max: int | None = None
-    draft_n_min: int | None = None
-    draft_p_min: float | None = None
-    draft_p_split: float | None = None
-    draft_ngl: int | str | None = None
-    draft_threads: int | None = None
-    draft_cache_type_k: str | None = None
-    draft_cache_type_v: str | None = None
-    ngram_size_n: int | None = None
-    ngram_size_m: int | None = None
-    ngram_min_hits: int | None = None
-    host: str = "127.0.0.1"
-    port: int = 8080
-    ctx_size: int = 4096
-    parallel: int = 1
-    ubatch_size: int | None = None
-    kv_unified: bool | None = None
-    ngl: int | str | None = None
-    threads: int | None = None
-    threads_batch: int | None = None
-    flash_attn: str | None = None
-    cache_type_k: str | None = None
-    cache_type_v: str | None = None
-    repack: bool | None = None
-    cache_ram_mib: int | None = None
-    metrics: bool = True
-    slots: bool = True
-    alias: str | None = None
-    api_key_file: str | None = None
-    jinja: bool = False
-    extra_args: list[str] = field(default_factory=list)
-
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ServerProfile:
+    def from_dict(cls, data: dict[str, Any]) -> Any:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -95,7 +81,7 @@ class ServerProfile:
         return profile
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self)  # type: ignore[call-overload]
 
     @property
     def effective_spec_type(self) -> str:
@@ -156,6 +142,10 @@ class ServerProfile:
                 raise ProfileError(f"{name} {value!r} is not one of {', '.join(CACHE_TYPES)}")
         if not isinstance(self.extra_args, list) or not all(isinstance(a, str) for a in self.extra_args):
             raise ProfileError("extra_args must be a list of strings")
+
+
+ServerProfile = make_dataclass("ServerProfile", _profile_fields(), bases=(_Profile,),
+                               namespace={"__doc__": _Profile.__doc__, "__module__": __name__})
 
 
 def no_draft_why(spec_type: object) -> str:
