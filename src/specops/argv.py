@@ -16,9 +16,9 @@ from specops.knobs import DRAFT_TYPES, KNOBS, NGRAM_TYPES, SPEC, knob, uses_draf
 from specops.profile import ServerProfile
 from specops.unitfile import exec_line, is_number
 
-# the draft-model knobs, in the order they are written after the draft model and its type
-DRAFT_KNOBS = ("draft_n_max", "draft_n_min", "draft_p_min", "draft_ngl", "draft_threads", "draft_cache_type_k",
-               "draft_cache_type_v")
+# the draft-model knobs (every draft_* knob of the table but the model itself), in the table's order, written after
+# the draft model and its type: a new draft_* knob is rendered without a line here (draft_p_split was not, once)
+DRAFT_KNOBS = tuple(k.name for k in KNOBS if k.name.startswith("draft_") and k.name != "draft_model")
 # those that apply to draft-mtp without a draft model (the target's own head drafts)
 MTP_KNOBS = ("draft_n_max", "draft_n_min", "draft_p_min")
 

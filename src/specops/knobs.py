@@ -178,6 +178,8 @@ KNOBS: tuple[Knob, ...] = (
          llama_default="auto"),
     Knob("draft_threads", "int", "draft model threads (llama.cpp: same as threads)",
          ("--spec-draft-threads", "-td", "--threads-draft"), bench=True, low=1),
+    Knob("draft_threads_batch", "int", "draft model prompt-processing threads (llama.cpp: same as draft_threads)",
+         ("--spec-draft-threads-batch", "-tbd", "--threads-batch-draft"), legacy=(), low=1),
     Knob("draft_cache_type_k", "str", "draft KV cache type K", ("--spec-draft-type-k", "-ctkd"),
          aliases=("--cache-type-k-draft",), llama_default="f16", choices=CACHE_TYPES, fit=True),
     Knob("draft_cache_type_v", "str", "draft KV cache type V", ("--spec-draft-type-v", "-ctvd"),

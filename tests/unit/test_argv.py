@@ -135,3 +135,20 @@ def test_flash_attn_on_a_build_where_it_is_a_switch():
         argv = build_argv(ServerProfile.from_dict({**ROLE_LIKE, "flash_attn": left_out}), REAL_LEGACY)
         assert "--flash-attn" not in argv and "-fa" not in argv
     assert opt(build_argv(ServerProfile.from_dict(ROLE_LIKE), CURRENT), "--flash-attn") == "on"
+
+
+def test_every_draft_knob_of_the_table_reaches_the_command_line():
+    """A draft_* setting added to the knob table is rendered with the draft model without another edit (draft_p_split
+    once was silently dropped: argv kept its own list)."""
+    from specops.capabilities import parse_help
+    from specops.knobs import KNOBS
+
+    caps = parse_help((Path(__file__).resolve().parents[1] / "fixtures/llama-server-0c1e57098/llama-server_help.txt")
+                      .read_text())
+    values = {"int": 2, "float": 0.25, "raw": 3, "str": "q8_0"}
+    draft = [k for k in KNOBS if k.name.startswith("draft_") and k.name != "draft_model"]
+    profile = ServerProfile.from_dict({"model": "/m.gguf", "draft_model": "/d.gguf",
+                                       **{k.name: values[k.type] for k in draft}})
+    argv = build_argv(profile, caps, binary="llama-server")
+    for k in draft:
+        assert any(f in argv for f in k.flags), (k.name, argv)
