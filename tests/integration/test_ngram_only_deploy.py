@@ -4,13 +4,12 @@ tokens counted, /slots speculative), the unit must carry no draft model, and the
 the target and nothing else. A draft named for ngram-mod is refused in the first play, before anything is built or
 copied.
 
-The proof's prompt: the role's default (``llama_server_probe_prompt``, "Repeat this list exactly, one item per line:
-alpha, beta, ...") lets a draft model draft, but SmolLM2 answers it with prose that does not repeat itself, and
-ngram-mod (a 24-token match, ``--spec-ngram-mod-n-match``) drafts nothing on a freshly started server: measured on
-this machine with the pinned build, 0 drafted at 32, 64 and 128 tokens; the same request again drafts (the n-gram
-pool keeps the first answer). So this module proves the deploy with a prompt whose continuation repeats the prompt
-itself, the text n-gram speculation exists for (20 of 20 drafted tokens accepted at 32 tokens, same measurement).
-The proof itself (counters move, /slots speculative) is the role's, unchanged.
+The proof's prompt is the role's default (``llama_server_probe_prompt``): a line repeated four times, whose
+continuation repeats it. The earlier default ("Repeat this list exactly, one item per line: alpha, beta, ...") let a
+draft model draft, but SmolLM2 answered it with prose and ngram-mod (a 24-token match) drafted nothing on a freshly
+started server: measured on this machine with the pinned build, 0 drafted at 32, 64 and 128 tokens; with the
+repeated line, 20 of 20 drafted tokens accepted at 32 tokens. This module uses the default, so an n-gram deploy with
+default settings is what it proves.
 
 Run with -s for the summary line.
 """
@@ -28,9 +27,8 @@ from tests.integration.test_deploy import PROFILE, UNIT, main_pid
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
 MODELS_DIR = "/srv/specops-ngram"       # a directory of this module's own: the deploy puts only the target there
-PROBE = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu\n" * 4
 NO_DRAFT = {"llama_server_spec_type": "ngram-mod", "specops_models_draft": "", "specops_models_dir": MODELS_DIR,
-            "llama_server_speed_gate": "off", "llama_server_probe_prompt": PROBE}
+            "llama_server_speed_gate": "off"}
 
 
 def deploy(labhost, extra: dict) -> lab.PlaybookRun:
