@@ -238,12 +238,9 @@ def test_key_file_lines_are_refused_in_one_line(flag, message):
 
 
 def _host_facts():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("host_facts", REPO / "roles/llama_server/files/host_facts.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tests.unit.by_path import load
+
+    return load("roles/llama_server/files/host_facts.py", "host_facts")
 
 
 @pytest.mark.parametrize("data,expected", [

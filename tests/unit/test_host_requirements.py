@@ -3,12 +3,13 @@ through the specops_host_requirements filter; no controller-side package (ansibl
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import tomllib
 import yaml
+
+from tests.unit.by_path import load
 
 pytestmark = pytest.mark.fast
 
@@ -16,11 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _package_filters():
-    spec = importlib.util.spec_from_file_location("specops_package_filters", REPO / "plugins/filter/package.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("plugins/filter/package.py", "specops_package_filters")
 
 
 def test_the_host_list_is_pyprojects():

@@ -68,13 +68,9 @@ def test_a_file_without_markers_is_refused_in_one_line(tmp_path):
 
 
 def _filters():
-    import importlib.util
+    from tests.unit.by_path import load
 
-    spec = importlib.util.spec_from_file_location("specops_filters_knobgen", REPO / "plugins/filter/specops.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("plugins/filter/specops.py", "specops_filters_knobgen")
 
 
 def test_a_per_backend_default_lives_in_the_table_and_the_role_reads_it_from_there():
