@@ -79,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx-size", type=int, default=4096)
     p.add_argument("--rule", choices=("identical", "fastest"), default="identical",
                    help="identical (default): only a candidate whose output matched plain decoding may win")
+    p.add_argument("--ceiling-depth", type=int, default=256,
+                   help="context depth of llama-bench's batches (default 256; the probes' own depth is ~100: see "
+                        "docs/measurements.md, 2026-11-27, for what either does to the fitted overheads)")
     p.add_argument("--predict-only", action="store_true", help="stop after the predictions (no measurement)")
     p.add_argument("--work-dir", type=Path, help="where servers' logs and results go (default: the cache)")
     p.add_argument("--out", type=Path, help="write the result JSON here too")
@@ -177,8 +180,9 @@ def _ceiling(s: Setup, args: argparse.Namespace) -> tuple[StepCosts, dict[str, A
     ks = sorted({k for k in CEILING_KS if k <= kmax} | {kmax})
     drafts = {"draft": Path(args.draft)} if args.draft else {}
     try:
-        data = ceil.measure(s.prefix / "bin" / "llama-bench", Path(args.target), [num], drafts, reps=2,
-                            threads=args.threads, progress=s.progress.note, ks=ks, draft_k_max=kmax)
+        data = ceil.measure(s.prefix / "bin" / "llama-bench", Path(args.target), [num], drafts,
+                            depth=args.ceiling_depth, reps=2, threads=args.threads, progress=s.progress.note, ks=ks,
+                            draft_k_max=kmax)
     except ceil.CeilingError as exc:
         raise TuneError(f"llama-bench failed: {str(exc).splitlines()[0]}; nothing was changed") from exc
     tgt = data["target"][num.name]
