@@ -35,11 +35,8 @@ def _load(work: Path) -> tuple[list[dict], dict]:
 
 
 def _costs(ceiling: dict) -> StepCosts:
-    tgt = ceiling["target"]["default"]
     (name,) = ceiling["draft"]
-    return StepCosts(float(tgt["batch_s"]["1"]), {int(k): float(v) for k, v in tgt["relative"].items()},
-                     float(ceiling["draft_step_s"][name]),
-                     {int(k): float(v) for k, v in ceiling["draft"][name]["relative"].items()})
+    return StepCosts.from_ceiling(ceiling, "default", name)
 
 
 def main(argv: list[str]) -> int:

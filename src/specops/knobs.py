@@ -119,8 +119,8 @@ class Knob:
 
     @property
     def effective_default(self) -> object:
-        """What a server deployed with our defaults runs with: ours, else llama.cpp's."""
-        return self.llama_default if self.default is None else self.default
+        """What a server deployed with our defaults runs with: ours, else llama.cpp's (on a CPU build)."""
+        return self.deployed_for(None)
 
     def default_for(self, backend: str | None) -> object:
         """Our default on a build of ``backend`` (cpu, cuda, vulkan, ...): its own where the table has one."""

@@ -27,16 +27,10 @@ class Arm:
     per_pos: dict[str, float]
 
 
-def _ints(d: dict) -> dict[int, float]:
-    return {int(k): float(v) for k, v in d.items()}
-
-
 def costs(target: str) -> StepCosts:
     c = json.loads((DATA / f"ceiling-qwen2.5-{target}.json").read_text())
-    tgt = c["target"][NUMERICS]
     (draft,) = c["draft"]
-    return StepCosts(float(tgt["batch_s"]["1"]), _ints(tgt["relative"]), float(c["draft_step_s"][draft]),
-                     _ints(c["draft"][draft]["relative"]))
+    return StepCosts.from_ceiling(c, NUMERICS, draft)
 
 
 def _serve(target: str) -> dict:

@@ -357,11 +357,9 @@ def arm_n_max(profile: Mapping[str, Any]) -> int:
     """The longest draft an arm may verify, from its profile or llama.cpp's defaults for its type."""
     spec = profile.get("spec_type", "auto")
     if spec in NGRAM_DRAFT_N_MAX:
-        if spec == "ngram-mod":
-            return int(profile.get("draft_n_max") or NGRAM_DRAFT_N_MAX[spec])
-        if spec == "ngram-cache":
-            return int(profile.get("draft_n_max") or NGRAM_DRAFT_N_MAX[spec])
-        return int(profile.get("ngram_size_m") or NGRAM_DRAFT_N_MAX[spec])
+        # ngram-mod and ngram-cache take the draft length (the knob's spelling under them), the others an m-gram
+        own = "draft_n_max" if knob("draft_n_max").for_spec_type(spec) else "ngram_size_m"
+        return int(profile.get(own) or NGRAM_DRAFT_N_MAX[spec])
     return int(profile.get("draft_n_max") or DEFAULT_DRAFT_N_MAX)
 
 

@@ -32,8 +32,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from specops.bench.ceiling import cost_at
+from specops.bench.ceiling import cost_at, draft_relative_for, relative_for
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,18 @@ class StepCosts:
     target_rel: Mapping[int, float]
     draft_step_s: float = 0.0  # 0: no draft model (n-gram, MTP counted in the target)
     draft_rel: Mapping[int, float] | None = None
+
+    @classmethod
+    def from_ceiling(cls, data: Mapping[str, Any], numerics: str, draft: str | None = None) -> StepCosts:
+        """From :func:`specops.bench.ceiling.measure`'s output (as measured, or read back from its JSON): the
+        target's one-token step and curve under ``numerics``, and the draft ``draft``'s (None: no draft model)."""
+        target = data["target"][numerics]
+        steps = {int(k): float(v) for k, v in target["batch_s"].items()}
+        rel = relative_for(data, numerics)
+        assert rel is not None
+        if draft is None:
+            return cls(steps[1], rel)
+        return cls(steps[1], rel, float(data["draft_step_s"][draft]), draft_relative_for(data, draft))
 
     def verify_s(self, k: float) -> float:
         """One verification batch of k drafted tokens plus the last accepted one, and the draft's share."""

@@ -185,14 +185,7 @@ def _ceiling(s: Setup, args: argparse.Namespace) -> tuple[StepCosts, dict[str, A
                             draft_k_max=kmax)
     except ceil.CeilingError as exc:
         raise TuneError(f"llama-bench failed: {str(exc).splitlines()[0]}; nothing was changed") from exc
-    tgt = data["target"][num.name]
-    t1 = float(tgt["batch_s"][1])
-    rel = {int(k): float(v) for k, v in tgt["relative"].items()}
-    if not args.draft:
-        return StepCosts(t1, rel), data
-    d = data["draft"]["draft"]
-    return StepCosts(t1, rel, float(data["draft_step_s"]["draft"]),
-                     {int(k): float(v) for k, v in d["relative"].items()}), data
+    return StepCosts.from_ceiling(data, num.name, "draft" if args.draft else None), data
 
 
 def _probe_names(s: Setup, has_draft: bool) -> list[str]:
@@ -215,7 +208,7 @@ def _run_probes(s: Setup, has_draft: bool) -> dict[str, probes.ProbeResult]:
         if name not in essential and time.monotonic() >= s.probe_until:
             s.open.append(f"{name}: not probed (the probes' share of the budget was spent)")
             continue
-        out.update(probes.run_probes([name], s.cfg, s.store, s.probe_tasks, s.progress.note))
+        out[name] = probes.probe(name, s.cfg, s.store, s.probe_tasks, s.progress.note)
     plain = out.get(probes.PLAIN_ARM)
     if plain is None or plain.error or plain.run.n_tokens <= 0:
         why = plain.error if plain else "not run"
@@ -228,7 +221,7 @@ def _bracket(s: Setup, out: dict[str, probes.ProbeResult], first: probes.ProbeRe
     """The plain server once more after the other probes: the probes ran one after another, so a host whose speed
     moved meanwhile (another process's load) would skew every prediction. Both plain runs count; a drift beyond
     MAX_DRIFT is said (the side-by-side measurement, paired, is not affected)."""
-    again = probes.run_probes([probes.PLAIN_ARM], s.cfg, s.store, s.probe_tasks, s.progress.note)[probes.PLAIN_ARM]
+    again = probes.probe(probes.PLAIN_ARM, s.cfg, s.store, s.probe_tasks, s.progress.note)
     if again.error or again.run.n_tokens <= 0 or again.run.seconds <= 0:
         s.open.append(f"the plain server's second probe failed ({again.error or 'nothing generated'}): drift unknown")
         return
@@ -312,9 +305,9 @@ def profile_vars(name: str) -> dict[str, Any]:
     if name == decide.PLAIN:
         return {"llama_server_spec_type": "none"}
     prof = {k: v for k, v in parse_arm(name).profile.items() if k not in EXACT_CACHE}
-    spec = prof.get("spec_type")
-    if spec in ceil.NGRAM_DRAFT_N_MAX and "draft_n_max" not in prof and spec in ("ngram-mod", "ngram-cache"):
-        prof["draft_n_max"] = ceil.NGRAM_DRAFT_N_MAX[spec]  # llama.cpp's own for the type, not the role's 2
+    if knob("draft_n_max").for_spec_type(str(prof.get("spec_type"))):
+        # an n-gram type that takes the draft length: llama.cpp's own for it, not the role's draft-model default
+        prof.setdefault("draft_n_max", ceil.arm_n_max(prof))
     return {f"llama_server_{k}": v for k, v in prof.items()}
 
 
@@ -329,6 +322,19 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _verdict(name: str, choice: decide.Choice, dropped: dict[str, str], measured: bool, shortlisted: bool) -> str:
+    """What became of one candidate, for the table."""
+    if name == choice.chosen:
+        return "chosen"
+    if name == choice.runner_up:
+        return "runner-up"
+    if name in dropped:
+        return dropped[name]
+    if measured:
+        return "measured"
+    return "shortlisted, not measured" if shortlisted else "not measured"
+
+
 def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: list[decide.Prediction],
             shortlisted: list[str], dropped: dict[str, str], measured: list[decide.Measured],
             choice: decide.Choice, bench: dict[str, Any] | None, found: dict[str, probes.ProbeResult]) -> dict:
@@ -336,9 +342,7 @@ def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: l
     rows = []
     for p in preds:
         m = by_m.get(p.name)
-        verdict = ("chosen" if p.name == choice.chosen else "runner-up" if p.name == choice.runner_up
-                   else dropped.get(p.name) or ("measured" if m else "shortlisted, not measured"
-                                                if p.name in shortlisted else "not measured"))
+        verdict = _verdict(p.name, choice, dropped, m is not None, p.name in shortlisted)
         rows.append({"name": p.name, "predicted": p.predicted, "how": p.how,
                      "measured": m.speedup.fmt() if m else None,
                      "measured_interval": m.speedup.to_dict() if m else None,
@@ -382,8 +386,9 @@ def run(args: argparse.Namespace) -> int:
         bench = _measure(s, args, shortlisted)
         s.phase("measure", t)
     measured = _measured(bench or {}, shortlisted)
-    choice = decide.choose(measured, need_identical=args.rule == "identical")
-    if not shortlisted:
+    if shortlisted:
+        choice = decide.choose(measured, need_identical=args.rule == "identical")
+    else:
         choice = decide.Choice(decide.PLAIN, None, "no candidate is predicted to beat plain decoding by "
                                f"{args.margin:.0%}: plain decoding, nothing measured", {})
     result = _result(s, args, over, preds, shortlisted, dropped, measured, choice, bench, found)

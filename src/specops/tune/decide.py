@@ -59,8 +59,7 @@ def draft_arm(k: int) -> str:
 
 
 def predict(costs: StepCosts, over: Overheads, draft_probe: Probe | None, lengths: Sequence[int],
-            other_probes: Sequence[Probe] = (), no_draft_costs: StepCosts | None = None,
-            name_of: Callable[[int], str] = draft_arm) -> list[Prediction]:
+            other_probes: Sequence[Probe] = (), name_of: Callable[[int], str] = draft_arm) -> list[Prediction]:
     """A prediction per candidate: each draft length from ``draft_probe`` (the longest length run), each other
     probe (n-gram types, ``default``) from its own counters, priced without a draft model."""
     out: list[Prediction] = []
@@ -74,7 +73,7 @@ def predict(costs: StepCosts, over: Overheads, draft_probe: Probe | None, length
             acc = expected_accepted(surv, k)
             out.append(Prediction(name, predicted_speedup(costs, over, k, acc),
                                   f"{acc:.2f} accepted per round (the n{draft_probe.k} probe truncated at {k})"))
-    free = no_draft_costs or StepCosts(costs.target_step_s, costs.target_rel)
+    free = StepCosts(costs.target_step_s, costs.target_rel)  # no draft model: the target's costs alone
     for p in other_probes:
         if p.run.n_tokens <= 0:
             out.append(Prediction(p.name, None, "its probe generated nothing"))

@@ -81,17 +81,14 @@ def probe_arm(arm: Arm, cfg: BenchConfig, store: ResultStore, tasks: Sequence[Ta
     return ProbeResult(arm.name, run, {str(k): float(v) for k, v in c["per_pos"].items()}, texts)
 
 
-def run_probes(names: Sequence[str], cfg: BenchConfig, store: ResultStore, tasks: Sequence[Task],
-               note: Callable[[str], None]) -> dict[str, ProbeResult]:
-    """Each named arm probed in turn; a server that fails to start or to speculate is kept as an error (its
+def probe(name: str, cfg: BenchConfig, store: ResultStore, tasks: Sequence[Task],
+          note: Callable[[str], None]) -> ProbeResult:
+    """Arm ``name`` probed (:func:`probe_arm`); a server that fails to start or to speculate is kept as an error (its
     candidate cannot be predicted), never a crash of the tune."""
-    out: dict[str, ProbeResult] = {}
-    for name in names:
-        note(f"tune: probing {name} ({len(tasks)} prompts, alone on the machine)")
-        try:
-            out[name] = probe_arm(parse_arm(name), cfg, store, tasks)
-        except Exception as exc:  # a candidate that cannot run is a finding, not a crash of the tune
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            note(f"tune: {name} could not be probed: {first}")
-            out[name] = ProbeResult(name, Run(0, 0), error=first)
-    return out
+    note(f"tune: probing {name} ({len(tasks)} prompts, alone on the machine)")
+    try:
+        return probe_arm(parse_arm(name), cfg, store, tasks)
+    except Exception as exc:  # a candidate that cannot run is a finding, not a crash of the tune
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        note(f"tune: {name} could not be probed: {first}")
+        return ProbeResult(name, Run(0, 0), error=first)
