@@ -273,11 +273,13 @@ def specops_knob_vars(_: Any = None) -> list[str]:
 
 def specops_knob_profile(values: list[Any], backend: str | None = None) -> dict[str, Any]:
     """The profile (knob name -> value) from the values of :func:`specops_knob_vars`, in that order; a setting
-    left null whose default differs per backend takes ``backend``'s from the knob table."""
+    left null whose default differs per backend takes ``backend``'s from the knob table (or, for n-gram types that
+    spell it with their own flag, llama.cpp's default for that type: the knob's :meth:`default_for`)."""
     knobs = [k for k in KNOBS if k.role]
     if len(values) != len(knobs):
         raise AnsibleFilterError(f"specops_knob_profile: {len(values)} values for {len(knobs)} settings")
-    return {k.name: (k.default_for(backend) if v is None and k.backend_defaults else v)
+    given = dict(zip((k.name for k in knobs), values, strict=True))
+    return {k.name: (k.default_for(backend, given.get("spec_type")) if v is None and k.backend_defaults else v)
             for k, v in zip(knobs, values, strict=True)}
 
 

@@ -51,6 +51,7 @@ SHAPES: dict[str, Shape] = {
     "qwen2.5-1.5b": Shape(1536, 28, 12, 2, 8960, tied=True),
     "qwen2.5-7b": Shape(3584, 28, 28, 4, 18944, tied=False),
     "qwen2.5-14b": Shape(5120, 48, 40, 8, 13824, tied=False),
+    "qwen2.5-32b": Shape(5120, 64, 40, 8, 27648, tied=False),
 }
 
 Q = GGMLQuantizationType

@@ -124,7 +124,7 @@ def _speculative_args(p: ServerProfile, caps: Capabilities) -> list[str]:
             if flag is not None and value is not None and flag not in written:
                 args += [_need(caps, k.name, flag), str(value)]
                 written.add(flag)
-    return args
+    return args + _valued(caps, p, ("spec_synth_rates",))  # benchmarking only: imposed acceptance
 
 
 def _switch(caps: Capabilities, name: str, value: bool | None) -> list[str]:

@@ -122,8 +122,13 @@ class Knob:
         """What a server deployed with our defaults runs with: ours, else llama.cpp's (on a CPU build)."""
         return self.deployed_for(None)
 
-    def default_for(self, backend: str | None) -> object:
-        """Our default on a build of ``backend`` (cpu, cuda, vulkan, ...): its own where the table has one."""
+    def default_for(self, backend: str | None, spec_type: object = None) -> object:
+        """Our default on a build of ``backend`` (cpu, cuda, vulkan, ...): its own where the table has one. Under a
+        ``spec_type`` of n-gram types only, a setting they spell with a flag of their own (the draft length as
+        ``--spec-ngram-mod-n-max``) keeps llama.cpp's default for that type (None): ours is a draft model's."""
+        members = spec_type_members(spec_type)
+        if members and all(m in NGRAM_TYPES for m in members) and any(self.for_spec_type(m) for m in members):
+            return None
         return dict(self.backend_defaults).get((backend or "cpu").lower(), self.default)
 
     def deployed_for(self, backend: str | None) -> object:
@@ -205,6 +210,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("kv_unified", "bool", "one KV buffer shared by all slots (llama.cpp: only when the slots are auto)",
          ("--kv-unified", "-kvu"), off_flags=("--no-kv-unified", "-no-kvu"), llama_default=False, fit=True,
          role=False),
+    Knob("spec_synth_rates", "raw", "benchmarking only: imposed acceptance, one unconditional rate per draft position "
+         "(P0,P1,...; specops bench/tune --synth-rates)", ("--spec-synth-rates",), legacy=(), role=False),
     Knob("ngl", "raw", "target layers on the GPU (a number, auto or all)",
          ("--gpu-layers", "-ngl", "--n-gpu-layers"), llama_default="auto"),
     Knob("threads", "int", "generation threads", ("--threads", "-t"), llama_default=-1, bench=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -22,3 +23,12 @@ def llama_prefix(given: Path | None = None) -> Path:
         return Path(given)
     env = os.environ.get("SPECOPS_LLAMA_PREFIX")
     return Path(env) if env else INSTALL_PREFIX
+
+
+def build_backend(prefix: Path) -> str:
+    """The backend a llama.cpp install was built for (``PREFIX/build-info.json``, written by ``specops build`` and
+    the llama_cpp role); ``cpu`` where the file is missing or says nothing."""
+    try:
+        return str(json.loads((prefix / "build-info.json").read_text()).get("backend") or "cpu").lower()
+    except (OSError, ValueError, AttributeError):
+        return "cpu"

@@ -93,3 +93,22 @@ def test_a_per_backend_default_lives_in_the_table_and_the_role_reads_it_from_the
     given = list(unset)
     given[names.index("llama_server_draft_n_max")] = 4
     assert f.specops_knob_profile(given, "cuda")["draft_n_max"] == 4
+
+
+@pytest.mark.parametrize(("spec_type", "cpu", "cuda"), [
+    ("ngram-mod", None, None),  # --spec-ngram-mod-n-max: llama.cpp's 64, not a draft model's 2 (or 16)
+    ("ngram-cache", None, None),
+    ("ngram-mod,ngram-simple", None, None),
+    ("draft-simple", 2, 16),
+    ("draft-simple,ngram-mod", 2, 16),  # a draft model in the list: the draft model's length
+    ("draft-mtp", 2, 16),
+])
+def test_an_ngram_type_keeps_llama_cpps_draft_length_when_none_is_set(spec_type, cpu, cuda):
+    f = _filters()
+    names = f.specops_knob_vars()
+    values = [None] * len(names)
+    values[names.index("llama_server_spec_type")] = spec_type
+    assert f.specops_knob_profile(values, "cpu")["draft_n_max"] == cpu
+    assert f.specops_knob_profile(values, "cuda")["draft_n_max"] == cuda
+    values[names.index("llama_server_draft_n_max")] = 8
+    assert f.specops_knob_profile(values, "cpu")["draft_n_max"] == 8  # a value the inventory sets wins

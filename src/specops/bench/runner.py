@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
+import json
 import math
 import os
 import random
@@ -32,6 +34,7 @@ import psutil
 
 from specops.argv import FlagError
 from specops.bench.arms import Arm
+from specops.bench.ceiling import arm_n_max
 from specops.bench.design import AA, BASELINE, Block, Design, rel_half_width
 from specops.bench.request import RequestFailed, RequestResult, chat_body, stream_chat
 from specops.bench.slicer import run_sliced, sliced_rate
@@ -77,6 +80,10 @@ class BenchConfig:
     interleave: str = "slices"  # slices: a block's requests time-sliced; requests: one after another
     slice_s: float = 0.5
     recycle: int | None = 8  # reload every server (in a new order) every this many blocks
+    gpu: bool = False  # a GPU build: every layer of target and draft on the GPU (a server that does not fit fails)
+    # benchmarking only: llama.cpp's synthetic acceptance imposed on every speculative arm (knob spec_synth_rates,
+    # the first n_max per-position rates): speed is the real draft's and verifier's, acceptance is imposed
+    synth_rates: tuple[float, ...] = ()
 
     def draft_for(self, arm: Arm) -> Path | None:
         if arm.draft is None:
@@ -100,12 +107,20 @@ class BenchConfig:
             # saved prompt states do not change decode speed; without them memory stays what the fit says
             "cache_ram_mib": 0,
         }
+        if self.gpu:
+            # not llama.cpp's 'auto', which fits what is free at start: the later of several servers side by side
+            # would silently keep layers on the CPU and measure slower
+            data["ngl"] = "all"
         data.update(arm.profile)
         draft = self.draft_for(arm)
         if draft is not None:
             data["draft_model"] = str(draft)
             if self.draft_threads is not None:
                 data["draft_threads"] = self.draft_threads
+            if self.gpu:
+                data["draft_ngl"] = "all"
+        if self.synth_rates and arm.speculative:
+            data["spec_synth_rates"] = synth_rates_for(self.synth_rates, arm)
         try:
             return ServerProfile.from_dict(data)
         except ProfileError as exc:
@@ -116,6 +131,30 @@ class BenchConfig:
             if t.id == task_id:
                 return t
         raise BenchError(f"task {task_id} is not in the task set")
+
+
+def synth_rates_for(rates: tuple[float, ...], arm: Arm) -> str:
+    """The synthetic acceptance (knob ``spec_synth_rates``) for ``arm``: llama.cpp wants exactly one rate per draft
+    position."""
+    n = arm_n_max(arm.profile)
+    if len(rates) < n:
+        raise BenchError(f"arm {arm.name} drafts up to {n} tokens but the synthetic acceptance gives "
+                         f"{len(rates)} rates; give one per position")
+    return ",".join(f"{r:.4f}" for r in rates[:n])
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """``P0,P1,...`` (as llama-server takes them) or a JSON file with a ``rates`` list: unconditional
+    per-position acceptance, each in [0, 1], non-increasing."""
+    path = Path(text)
+    try:
+        raw = json.loads(path.read_text())["rates"] if path.is_file() else text.split(",")
+        rates = tuple(float(x) for x in raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BenchError(f"synthetic acceptance {text!r}: want P0,P1,... or a JSON file with 'rates' ({exc})") from None
+    if not rates or any(not 0 <= r <= 1 for r in rates) or any(b > a for a, b in itertools.pairwise(rates)):
+        raise BenchError(f"synthetic acceptance {text!r}: rates must be within [0, 1] and non-increasing")
+    return rates
 
 
 def fmt_s(seconds: float) -> str:

@@ -26,17 +26,17 @@ from specops.bench.design import Design
 from specops.bench.inventory import DEFAULT_VARS_FILE, ApplyError, apply
 from specops.bench.quantize import QuantizeError, derive
 from specops.bench.report import machine_info
-from specops.bench.runner import BenchConfig, BenchError, Progress, fmt_s
+from specops.bench.runner import BenchConfig, BenchError, Progress, fmt_s, parse_rates
 from specops.bench.runner import run as run_design
 from specops.bench.store import ResultStore, StoreError
 from specops.bench.summary import build
 from specops.bench.tasks import STANDARD_SET, Task, TaskError, load_tasks, task_set_digest, workloads_of
 from specops.capabilities import Capabilities
 from specops.fetch import catalog
-from specops.fit import FitError, FitParams, Memory, estimate
+from specops.fit import GPU_BACKENDS, FitError, FitParams, Memory, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import spell
-from specops.paths import cache_dir, llama_prefix
+from specops.paths import build_backend, cache_dir, llama_prefix
 
 NAME = "bench"
 HELP = "does speculation pay here? hardware ceiling, paired sequential bench, A/A-gated recommendation"
@@ -49,6 +49,13 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        return parse_rates(text)
+    except BenchError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _strs(text: str) -> tuple[str, ...]:
@@ -130,7 +137,12 @@ def _method_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-threads", type=int, default=None, help="draft model threads (default: --threads)")
     g.add_argument("--ctx-size", type=int, default=4096)
     g.add_argument("--memory-mib", type=float, default=None,
-                   help="memory the side-by-side servers may use (default: what the host has available)")
+                   help="memory the side-by-side servers may use (default: what the host has available: host RAM, "
+                   "or GPU memory for a CUDA/ROCm build)")
+    g.add_argument("--synth-rates", type=_rates, default=(), metavar="P0,P1,...|FILE",
+                   help="benchmarking only: impose llama.cpp's synthetic acceptance (knob spec_synth_rates, one "
+                   "unconditional rate per draft position, or a JSON file with 'rates') on every speculative arm; "
+                   "speed is real, acceptance imposed, output not the target's (use --rule fastest)")
 
 
 def _ceiling_args(p: argparse.ArgumentParser) -> None:
@@ -245,9 +257,16 @@ def _measure_ceiling(args: argparse.Namespace, prefix: Path, arms: list[Arm], dr
 
 def _capacity(args: argparse.Namespace, cfg: BenchConfig, arms: list[Arm]) -> tuple[int, str]:
     """How many of the servers fit side by side (the memory fit of each, shared model pages counted once)."""
-    vm = psutil.virtual_memory()
-    avail = int(args.memory_mib * 2**20) if args.memory_mib else int(vm.available)
-    memory = Memory("host RAM", avail, int(vm.total), "given" if args.memory_mib else "psutil (available)")
+    if cfg.gpu:  # every server holds its own copy of the weights on the GPU
+        try:
+            memory = measure_memory(build_backend(cfg.server_binary.parent.parent), memory_mib=args.memory_mib)
+        except FitError as exc:
+            raise BenchError(f"GPU memory: {exc}") from exc
+    else:
+        vm = psutil.virtual_memory()
+        memory = Memory("host RAM", int(args.memory_mib * 2**20) if args.memory_mib else int(vm.available),
+                        int(vm.total), "given" if args.memory_mib else "psutil (available)")
+    avail = memory.available
     needs: list[int] = []
     files: dict[str, int] = {}
     for arm in arms:
@@ -262,7 +281,7 @@ def _capacity(args: argparse.Namespace, cfg: BenchConfig, arms: list[Arm]) -> tu
             raise BenchError(f"memory fit for {arm.name}: {exc}") from exc
         needs.append(rep.needed)  # its weights stand for its private (repacked) copy
         for path in (cfg.target, draft):
-            if path is not None:
+            if path is not None and not cfg.gpu:
                 files[str(path)] = Path(path).stat().st_size  # page cache, shared by all servers
     room = avail - sum(files.values()) - max(512 * 2**20, avail // 10)
     n, used = 0, 0
@@ -271,7 +290,7 @@ def _capacity(args: argparse.Namespace, cfg: BenchConfig, arms: list[Arm]) -> tu
             break
         used, n = used + need, n + 1
     per = max(needs) / 2**20
-    note = (f"memory fit: {n} of {len(arms)} servers fit side by side in {avail / 2**30:.1f} GiB "
+    note = (f"memory fit: {n} of {len(arms)} servers fit side by side in {avail / 2**30:.1f} GiB of {memory.kind} "
             f"(largest {per:,.0f} MiB each, model files {sum(files.values()) / 2**30:.1f} GiB shared)")
     return n, note
 
@@ -383,6 +402,7 @@ def _resolve_inputs(args: argparse.Namespace, store: ResultStore, progress: Prog
         ctx_size=args.ctx_size, derived_drafts=derived,
         budget_s=budget_min * 60 if budget_min is not None else None,
         interleave=args.interleave, slice_s=args.slice, recycle=args.recycle or None,
+        gpu=build_backend(prefix) in GPU_BACKENDS, synth_rates=tuple(args.synth_rates),
     )
     arm_defs = {a.name: a.to_dict() for a in selected}
     return _Inputs(reps=reps, selected=selected, tasks=tasks, prefix=prefix, caps=caps, needs_draft=needs_draft,

@@ -27,13 +27,14 @@ from typing import Any
 from specops.bench import ceiling as ceil
 from specops.bench.arms import EXACT_CACHE, parse_arm
 from specops.bench.costmodel import Overheads, Run, StepCosts, fit_overheads
-from specops.bench.runner import BenchConfig, Progress
+from specops.bench.runner import BenchConfig, BenchError, Progress, parse_rates
 from specops.bench.stats import Interval
 from specops.bench.store import ResultStore
 from specops.bench.tasks import Task, TaskError, load_tasks, workloads_of
 from specops.capabilities import Capabilities
+from specops.fit import GPU_BACKENDS
 from specops.knobs import knob
-from specops.paths import INSTALL_PREFIX, cache_dir, llama_prefix
+from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
 from specops.tune import decide, probes
 
 NAME = "tune"
@@ -83,9 +84,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="context depth of llama-bench's batches (default 256; the probes' own depth is ~100: see "
                         "docs/measurements.md, 2026-11-27, for what either does to the fitted overheads)")
     p.add_argument("--predict-only", action="store_true", help="stop after the predictions (no measurement)")
+    p.add_argument("--measure-all", action="store_true",
+                   help="also measure every candidate the shortlist left out (for comparison: the choice is still "
+                   "made from the shortlist, and the result names the best measured)")
+    p.add_argument("--synth-rates", type=_rates, default=(), metavar="P0,P1,...|FILE",
+                   help="benchmarking only: llama.cpp's synthetic acceptance on every speculative server (see "
+                   "specops bench --synth-rates); needs --rule fastest")
     p.add_argument("--work-dir", type=Path, help="where servers' logs and results go (default: the cache)")
     p.add_argument("--out", type=Path, help="write the result JSON here too")
     p.add_argument("--quiet", action="store_true")
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        return parse_rates(text)
+    except BenchError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _err(msg: str) -> None:
@@ -147,6 +161,9 @@ def _setup(args: argparse.Namespace) -> Setup:
         raise TuneError("--probe-share must be between 0.1 and 1")
     if args.budget <= 0 or args.top < 1 or args.probe_tasks < 1 or args.probe_tokens < 8 or args.max_tokens < 8:
         raise TuneError("--budget must be > 0, --top and --probe-tasks >= 1, --probe-tokens and --max-tokens >= 8")
+    if args.synth_rates and args.rule == "identical":
+        raise TuneError("--synth-rates imposes acceptance, so the output is not the target's: the identity rule "
+                        "would refuse every candidate; add --rule fastest")
     lengths = _ints(args.lengths)
     caps = Capabilities.load(caps_file)
     ngram = None if args.ngram == "auto" else [t for t in args.ngram.split(",") if t.strip()]
@@ -168,7 +185,8 @@ def _setup(args: argparse.Namespace) -> Setup:
     store = ResultStore(work)
     cfg = BenchConfig(target=Path(args.target), draft=args.draft, server_binary=server, caps=caps,
                       tasks=tasks, max_tokens=args.probe_tokens, threads=args.threads,
-                      draft_threads=args.threads, ctx_size=args.ctx_size, interleave="requests")
+                      draft_threads=args.threads, ctx_size=args.ctx_size, interleave="requests",
+                      gpu=build_backend(prefix) in GPU_BACKENDS, synth_rates=tuple(args.synth_rates))
     now = time.monotonic()
     return Setup(prefix, caps, cfg, store, work, lengths, names, probe_tasks, now + args.budget * 60, now,
                  Progress(quiet=args.quiet), now + args.probe_share * args.budget * 60)
@@ -275,6 +293,8 @@ def _measure(s: Setup, args: argparse.Namespace, chosen: list[str]) -> dict[str,
         argv += ["--tasks", str(path)]
     if args.threads:
         argv += ["--threads", str(args.threads)]
+    if args.synth_rates:
+        argv += ["--synth-rates", ",".join(map(str, args.synth_rates))]
     if args.quiet:
         argv.append("--quiet")
     parser = argparse.ArgumentParser(prog="specops bench")
@@ -350,8 +370,12 @@ def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: l
                      "vars": profile_vars(p.name)})
     per_wl = {wl: pk.get("arm") or f"undecided ({str(pk.get('reason', '')).split('. ')[0]})"
               for wl, pk in ((bench or {}).get("recommendation") or {}).items()}
+    eligible = [m for m in measured if m.identical or args.rule == "fastest"]
+    best = max(eligible, key=lambda m: m.speedup.estimate, default=None)
     return {
         "chosen": choice.chosen, "runner_up": choice.runner_up, "reason": choice.reason,
+        "best_measured": {"name": best.name, "measured": best.speedup.fmt(), "speedup": best.speedup.to_dict()}
+        if best else None,
         "vars": profile_vars(choice.chosen), "per_workload": per_wl, "candidates": rows,
         "overheads": over.to_dict() if over else None, "probes": {n: r.to_dict() for n, r in found.items()},
         "open": s.open, "rule": args.rule, "budget_s": args.budget * 60, "phases_s": s.phases,
@@ -381,13 +405,14 @@ def run(args: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     shortlisted, dropped = decide.shortlist(preds, args.top, args.margin)
+    compared = [p.name for p in preds if args.measure_all and p.predicted is not None and p.name not in shortlisted]
     bench = None
-    if shortlisted and not args.predict_only:
-        bench = _measure(s, args, shortlisted)
+    if (shortlisted or compared) and not args.predict_only:
+        bench = _measure(s, args, shortlisted + compared)
         s.phase("measure", t)
-    measured = _measured(bench or {}, shortlisted)
-    if shortlisted:
-        choice = decide.choose(measured, need_identical=args.rule == "identical")
+    measured = _measured(bench or {}, shortlisted + compared)
+    if shortlisted:  # the choice is the shortlist's; what --measure-all adds is for comparison
+        choice = decide.choose([m for m in measured if m.name in shortlisted], need_identical=args.rule == "identical")
     else:
         choice = decide.Choice(decide.PLAIN, None, "no candidate is predicted to beat plain decoding by "
                                f"{args.margin:.0%}: plain decoding, nothing measured", {})
@@ -401,6 +426,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nchosen: {result['chosen']} — {result['reason']}")
     if result["runner_up"]:
         print(f"runner-up: {result['runner_up']}")
+    if args.measure_all and result["best_measured"]:
+        best = result["best_measured"]
+        print(f"best measured: {best['name']} {best['measured']}")
     for wl, arm in result["per_workload"].items():
         print(f"  {wl} would prefer: {arm}")
     for line in s.open:
