@@ -285,3 +285,14 @@ def test_bad_input_gives_a_clear_message_and_a_valid_report(fake_bin: Path, pref
     bad.write_text('{"id": "a", "messages": [{"role": "user", "content": "x"}]}\n{"id": "b", "messages": [\n')
     assert _cli(fake_bin, tmp_path, "--tasks", str(bad)) == 2
     assert f"{bad}:2: invalid JSON" in capsys.readouterr().err
+
+
+def test_servers_that_fit_side_by_side_all_run_at_once(fake_bin: Path, tmp_path: Path) -> None:
+    """Memory for four servers: baseline, A/A and both arms share every block (the baselines, wanted too, are
+    counted once against the capacity)."""
+    cfg, arms, design, store = setup(fake_bin, tmp_path, [arm("ngram-simple", FAKE_TPS="25"),
+                                                          arm("ngram-mod", FAKE_TPS="75")], capacity=4)
+    run(cfg, arms, design, store, Progress(quiet=True))
+    bl = blocks(store)
+    assert bl and all(len(b["arms"]) <= 4 for b in bl)
+    assert "ngram-simple" in bl[0]["arms"] and "ngram-mod" in bl[0]["arms"], bl[0]
