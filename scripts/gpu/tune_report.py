@@ -33,7 +33,8 @@ def _fmt_iv(sp: dict[str, Any] | None) -> str:
 
 
 def _load(run: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    tune = json.loads((run / "tune.json").read_text())
+    """A tune's work dir, or its ``tune.json`` alone (then the measured intervals come from it, no A/A)."""
+    tune = json.loads((run if run.is_file() else run / "tune.json").read_text())
     res_path = run / "measure-assets" / "results.json"
     results = json.loads(res_path.read_text()) if res_path.exists() else {}
     return tune, results
@@ -56,6 +57,8 @@ def target_section(name: str, run: Path) -> tuple[str, list[float], dict[str, An
     held: list[float] = []
     for c in tune["candidates"]:
         aw = (summary.get(c["name"]) or {}).get("all") or {}
+        if not aw and c.get("measured_interval"):  # no bench results: the tune's own record
+            aw = {"speedup": c["measured_interval"], "requests": c["measured_interval"].get("n")}
         sp = aw.get("speedup")
         err = None
         if sp and c.get("predicted"):
@@ -74,7 +77,8 @@ def target_section(name: str, run: Path) -> tuple[str, list[float], dict[str, An
     plain = (summary.get("exact-baseline") or {}).get("all") or {}
     best = tune.get("best_measured") or {}
     chosen = tune["chosen"]
-    chosen_sp = ((summary.get(chosen) or {}).get("all") or {}).get("speedup")
+    chosen_sp = ((summary.get(chosen) or {}).get("all") or {}).get("speedup") or next(
+        (c.get("measured_interval") for c in tune["candidates"] if c["name"] == chosen), None)
     lines += ["",
               f"- Plain decoding (exact-baseline): {plain.get('decode_tps', 0):.1f} tok/s over "
               f"{plain.get('requests', 0)} requests; A/A (baseline-again vs baseline): {_fmt_iv(aa.get('speedup'))} "

@@ -76,3 +76,32 @@ def test_bad_input_is_one_line_and_changes_nothing(tmp_path, capsys, extra, benc
     err = capsys.readouterr().err.strip()
     assert rc == 2 and expected in err and len(err.splitlines()) == 1, err
     assert not work.exists()
+
+
+def test_a_ceiling_slower_than_the_server_itself_is_named():
+    """The H200 run's ceiling (two llama-bench repetitions) read a 14B step twice the plain server's whole time per
+    token: the overhead terms clip to 0 and the predictions ran 9-29% high. The tune says so in what stays open; a
+    ceiling consistent with the server (the same data with the step scaled below the server's) says nothing."""
+    from types import SimpleNamespace
+
+    from specops.bench.costmodel import Run, StepCosts
+    from specops.commands.tune import _predict
+    from specops.tune.probes import ProbeResult
+
+    fixtures = Path(__file__).parents[1] / "fixtures" / "gpu-h200-tune"
+    ceiling = json.loads((fixtures / "ceiling-qwen2.5-14b.json").read_text())
+    found = {n: ProbeResult(n, Run(p["n_tokens"], p["seconds"], p["drafts"], p["drafted"], p["accepted"]),
+                            p["per_pos"])
+             for n, p in json.loads((fixtures / "probes-qwen2.5-14b.json").read_text())["probes"].items()}
+    lengths = [2, 4, 8, 12, 16]
+    s = SimpleNamespace(lengths=lengths, names=[f"exact-n{k}" for k in lengths], open=[])
+    costs = StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft")
+    over, preds = _predict(s, costs, found, True)
+    assert len(s.open) == 1 and "slower than the plain server's whole time per token" in s.open[0], s.open
+    assert "14.1 ms" in s.open[0] and "7.2 ms" in s.open[0]
+    assert over.per_round == over.per_drafted == 0.0 and len(preds) == 5
+    for k, v in ceiling["target"]["fa=on,ctv=q8_0"]["batch_s"].items():
+        ceiling["target"]["fa=on,ctv=q8_0"]["batch_s"][k] = v * 0.45  # a step of 6.3 ms: the server's is 7.2
+    s2 = SimpleNamespace(lengths=lengths, names=s.names, open=[])
+    _predict(s2, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), found, True)
+    assert s2.open == []

@@ -42,6 +42,13 @@ HELP = "find the speculation profile that pays on this host (or plain decoding),
 
 CEILING_KS = (1, 2, 3, 5, 9, 13, 17)
 MAX_DRIFT = 0.15  # the plain server's speed may move this much between the first and the last probe
+# llama-bench repetitions per batch size (the median is used). Two on a CPU, where each costs seconds; five on a GPU,
+# where each costs milliseconds and the first of a new batch shape can be several times slower: an H200 run with two
+# read a 14B step of 14.1 ms and a 0.5B draft step of 4.9 ms against 7.2 ms per token of the whole plain server
+# (reports/gpu-h200-tune.md)
+CPU_CEILING_REPS = 2
+GPU_CEILING_REPS = 5
+STEP_SLACK = 1.1  # llama-bench's step may exceed the plain server's per-token time by this much (noise)
 
 
 class TuneError(RuntimeError):
@@ -199,8 +206,8 @@ def _ceiling(s: Setup, args: argparse.Namespace) -> tuple[StepCosts, dict[str, A
     drafts = {"draft": Path(args.draft)} if args.draft else {}
     try:
         data = ceil.measure(s.prefix / "bin" / "llama-bench", Path(args.target), [num], drafts,
-                            depth=args.ceiling_depth, reps=2, threads=args.threads, progress=s.progress.note, ks=ks,
-                            draft_k_max=kmax)
+                            depth=args.ceiling_depth, reps=GPU_CEILING_REPS if s.cfg.gpu else CPU_CEILING_REPS,
+                            threads=args.threads, progress=s.progress.note, ks=ks, draft_k_max=kmax)
     except ceil.CeilingError as exc:
         raise TuneError(f"llama-bench failed: {str(exc).splitlines()[0]}; nothing was changed") from exc
     return StepCosts.from_ceiling(data, num.name, "draft" if args.draft else None), data
@@ -256,7 +263,14 @@ def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
              has_draft: bool) -> tuple[Overheads, list[decide.Prediction]]:
     draft_runs = [found[n].run for n in (probes.draft_candidate(max(s.lengths)), probes.draft_candidate(
         min(s.lengths))) if n in found and not found[n].error]
-    over = fit_overheads(costs, found[probes.PLAIN_ARM].run, draft_runs)
+    plain = found[probes.PLAIN_ARM].run
+    if costs.target_step_s > STEP_SLACK * plain.seconds_per_token:
+        s.open.append(f"llama-bench's single-token step ({costs.target_step_s * 1e3:.1f} ms) is slower than the plain "
+                      f"server's whole time per token ({plain.seconds_per_token * 1e3:.1f} ms): the ceiling does not "
+                      "price this server (too few repetitions, other load?), so the server-overhead terms are 0 and "
+                      "the predictions rest on llama-bench's relative costs alone; only the side-by-side measurement "
+                      "decides")
+    over = fit_overheads(costs, plain, draft_runs)
     longest = found.get(probes.draft_candidate(max(s.lengths))) if has_draft else None
     draft_probe = (decide.Probe(longest.arm, longest.run, longest.per_pos, max(s.lengths))
                    if longest and not longest.error and longest.run.drafts > 0 else None)
