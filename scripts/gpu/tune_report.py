@@ -50,7 +50,7 @@ def target_section(name: str, run: Path) -> tuple[str, list[float], dict[str, An
     summary = results.get("summary", {})
     fitted = _fitted(tune)
     lines = [f"### {name}", "",
-             "| candidate | predicted | measured vs plain (95% CI) | requests | mean accepted length | "
+             "| candidate | predicted | measured vs plain (95% CI) | requests | mean acceptance length | "
              "measured ÷ predicted − 1 | fit saw it | verdict |",
              "| --- | ---: | ---: | ---: | ---: | ---: | :---: | --- |"]
     errors: list[float] = []

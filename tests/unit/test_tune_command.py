@@ -105,3 +105,37 @@ def test_a_ceiling_slower_than_the_server_itself_is_named():
     s2 = SimpleNamespace(lengths=lengths, names=s.names, open=[])
     _predict(s2, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), found, True)
     assert s2.open == []
+
+
+def test_models_that_do_not_fit_are_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """The probes load the target with the draft: where that does not fit the memory the build computes on, the tune
+    says so in one line (the numbers, where to look) and creates nothing."""
+    from specops.fit import MIB, Memory
+    from tests.unit.synthgguf import write_gguf
+
+    target = write_gguf(tmp_path / "t.gguf", extra_tensor_elems=16 * 2**20)  # 64 MiB of weights
+    monkeypatch.setattr("specops.commands.tune.measure_memory",
+                        lambda backend: Memory("host RAM", 100 * MIB, 100 * MIB, "psutil (available)"))
+    work = tmp_path / "work"
+    rc = main(["tune", "--target", str(target), "--draft", str(target), "--llama-prefix",
+               str(_prefix(tmp_path, True)), "--work-dir", str(work)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "the target and the draft model do not fit in host RAM here" in err and "100 MiB available" in err, err
+    assert "specops fit" in err and not work.exists()
+
+
+def test_a_gpu_build_without_its_gpu_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    from tests.unit.synthgguf import write_gguf
+
+    target = write_gguf(tmp_path / "t.gguf")
+    prefix = _prefix(tmp_path, True)
+    (prefix / "build-info.json").write_text(json.dumps({"backend": "cuda"}))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi
+    work = tmp_path / "work"
+    rc = main(["tune", "--target", str(target), "--llama-prefix", str(prefix), "--ngram", "ngram-mod",
+               "--work-dir", str(work)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "memory fit: nvidia-smi not found" in err and "nothing was changed" in err, err
+    assert not work.exists()

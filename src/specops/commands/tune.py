@@ -32,7 +32,8 @@ from specops.bench.stats import Interval
 from specops.bench.store import ResultStore
 from specops.bench.tasks import Task, TaskError, load_tasks, workloads_of
 from specops.capabilities import Capabilities
-from specops.fit import GPU_BACKENDS
+from specops.fit import GPU_BACKENDS, MIB, FitError, FitParams, estimate, measure_memory
+from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
 from specops.tune import decide, probes
@@ -188,6 +189,7 @@ def _setup(args: argparse.Namespace) -> Setup:
     except TaskError as exc:
         raise TuneError(str(exc)) from exc
     probe_tasks = [t for w in workloads_of(tasks) for t in [x for x in tasks if x.workload == w][:args.probe_tasks]]
+    _check_fit(prefix, args, max(lengths))
     work = args.work_dir or cache_dir() / "tune" / time.strftime("%Y%m%dT%H%M%S")
     store = ResultStore(work)
     cfg = BenchConfig(target=Path(args.target), draft=args.draft, server_binary=server, caps=caps,
@@ -197,6 +199,21 @@ def _setup(args: argparse.Namespace) -> Setup:
     now = time.monotonic()
     return Setup(prefix, caps, cfg, store, work, lengths, names, probe_tasks, now + args.budget * 60, now,
                  Progress(quiet=args.quiet), now + args.probe_share * args.budget * 60)
+
+
+def _check_fit(prefix: Path, args: argparse.Namespace, n_max: int) -> None:
+    """The probes load the target with the draft model (at the longest length): refused in one line where that does
+    not fit the build's memory (host RAM, or the GPU's for a CUDA/ROCm build; a GPU that vanished is said here)."""
+    try:
+        memory = measure_memory(build_backend(prefix))
+        rep = estimate(args.target, args.draft, FitParams(ctx_size=args.ctx_size, draft_n_max=n_max), memory)
+    except (FitError, GGUFError) as exc:
+        raise TuneError(f"memory fit: {str(exc).splitlines()[0]}; nothing was changed") from None
+    if not rep.fits:
+        what = "the target and the draft model" if args.draft else "the target"
+        raise TuneError(f"{what} do not fit in {memory.kind} here: one server needs {rep.needed / MIB:,.0f} MiB "
+                        f"+ {rep.margin / MIB:,.0f} MiB margin, {memory.available / MIB:,.0f} MiB available "
+                        f"({memory.source}; specops fit shows the breakdown); nothing was changed")
 
 
 def _ceiling(s: Setup, args: argparse.Namespace) -> tuple[StepCosts, dict[str, Any]]:
