@@ -235,8 +235,34 @@ def test_a_journal_without_invocation_tags_falls_back_to_the_unit(monkeypatch, c
     host = FakeHost([failed], [])
     rc, out = _main(monkeypatch, capsys, host, "--url", "http://127.0.0.1:9", "--timeout", "30")
     assert rc == 1 and out["reason"] == f"{UNIT} exited (exit-code 1); the journal names no cause"
-    assert [call[6:] for call in host.journal_calls] == [
+    assert [call[6:] for call in host.journal_calls[:2]] == [
         ["_SYSTEMD_INVOCATION_ID=aaa", "+", "INVOCATION_ID=aaa"], ["-u", UNIT, "--since", "-10min"]]
+    # no cause of its own: read again a bounded number of times, then systemd's word is all there is
+    assert len(host.journal_calls) == 2 * (wh.SETTLE_LOOKS + 1)
+
+
+def test_a_cause_that_reaches_the_journal_late_is_still_named(monkeypatch, capsys) -> None:
+    """The process's last line can land in the journal after systemd's own: the first read sees only "Failed with
+    result", a later one the traceback's last line, which is the reason."""
+    failed = {**EXITED, "ActiveState": "failed", "NRestarts": "0", "InvocationID": "aaa"}
+    echo = [f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", f"{UNIT}: Failed with result 'exit-code'."]
+    host = FakeHost([failed], echo)
+    late = "gguf_init_from_file: failed to open GGUF file '/srv/m.gguf' (Permission denied)"
+    reads = iter([echo, echo, [late, *echo]])
+    plain_run = host.run
+
+    def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "journalctl" and argv != ["journalctl", "--sync"]:
+            host.lines = next(reads, host.lines)
+        return plain_run(argv, **kw)
+
+    monkeypatch.setattr(wh.subprocess, "run", run)
+    monkeypatch.setattr(wh.time, "sleep", lambda _s: None)
+    monkeypatch.setattr("sys.argv", ["wait_healthy.py", "--unit", UNIT, "--url", "http://127.0.0.1:9"])
+    assert wh.main() == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["cause"] == [late], out
+    assert "Failed with result" not in out["reason"], out["reason"]
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ PREFIX = re.compile(r"^(?:[IWED] )?(?:[\d.]+ [IWED] )?(?:(?:srv|slot|que|res)\s+
                     r"(?!(?:error|warning|fatal)\b)[A-Za-z_][\w:]*(?:\(\))?: ")
 UNIT_PREFIX = re.compile(r"^\S+\.service: ")
 ANY_HOST = {"0.0.0.0", "::", "localhost", ""}
+SETTLE_LOOKS, SETTLE_STEP = 12, 0.25  # a failure whose journal names no cause of its own is read again for 3 s
 
 
 def select_cause(lines: list[str], limit: int = MAX_CAUSE) -> list[str]:
@@ -139,8 +140,21 @@ def journal_lines(unit: str, invocations: list[str], since: str) -> list[str]:
     return run(journal_argv(unit, invocations, since)) or run(journal_argv(unit, [], since))
 
 
+def has_own_cause(lines: list[str]) -> bool:
+    """Does the journal hold a cause line of the process's own (not only systemd's restating the exit)?"""
+    return any(CAUSE.search(line) and not ECHO.match(line.strip()) for line in lines)
+
+
 def failure(head: str, unit: str, invocations: list[str], since: str) -> dict[str, object]:
     lines = journal_lines(unit, invocations, since)
+    # the dying process's last lines travel through its stdout stream to journald and can land after systemd's
+    # own ("Failed with result 'exit-code'"), even after --sync: a TabbyAPI traceback did once under the whole
+    # suite's load. Look again for a few seconds before settling for systemd's lines.
+    for _ in range(SETTLE_LOOKS):
+        if has_own_cause(lines):
+            break
+        time.sleep(SETTLE_STEP)
+        lines = journal_lines(unit, invocations, since)
     cause = select_cause(lines)
     return {"ok": False, "reason": reason_line(head, cause), "cause": cause,
             "journal": "\n".join(lines[-JOURNAL_TAIL:])}
