@@ -9,7 +9,8 @@
 #   rates.txt            the real pair's per-position acceptance (P0,...,P15; reports/gpu-h100/pair-acceptance-cpu.json)
 #   pylib/               httpx and friends, used only where the machine's python lacks them
 #   llama-src.tar.xz     the pinned source (docs, models, tests stripped): built here only if the carried build fails
-# Everything it measures lands in $OUT as it goes (the device tool brings $OUT back, also after a timeout).
+# What it measures lands in $OUT as it goes: tune-<target>.json, and every work dir in results.tgz after each target
+# (the device tool brings $OUT back, also after a timeout, but only a few files of it).
 set -u
 G=${G:-/tmp/g}
 OUT=${OUT:-$G/out}
@@ -73,16 +74,19 @@ specops capabilities --binary "$P/bin/llama-server" -o "$P/capabilities.json" ||
 RATES=$(cat .gpu/rates.txt)
 
 wait_for() { while [ ! -e "$1" ]; do sleep 1; done; }  # the synth log says why, should one never come
-tune() {  # tune NAME TARGET BUDGET
+tune() {  # tune NAME TARGET BUDGET; the work dir goes into $OUT/results.tgz after each target: the device tool
+  # brings back only a few files per call and empties $OUT before the next (a run's work dirs were lost that way)
   local name=$1 target=$2 budget=$3
   stamp "tune $name (budget $budget min)"
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$OUT/vram-before-$name.txt"
+  mkdir -p "$G/w"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$G/w/vram-before-$name.txt" 2>/dev/null
   specops tune --target "$target" --draft "$G/models/draft.gguf" --llama-prefix "$P" --synth-rates "$RATES" \
     --rule fastest --ngram "" --no-default --lengths "$LENGTHS" --measure-all --budget "$budget" \
-    --limit-per-workload 3 --max-tokens 64 --work-dir "$OUT/tune-$name" --out "$OUT/tune-$name.json" \
-    $TUNE_EXTRA > "$OUT/tune-$name.log" 2>&1
+    --limit-per-workload 3 --max-tokens 64 --work-dir "$G/w/tune-$name" --out "$OUT/tune-$name.json" \
+    $TUNE_EXTRA > "$G/w/tune-$name.log" 2>&1
   stamp "tune $name: exit $?"
-  tail -22 "$OUT/tune-$name.log"
+  tail -22 "$G/w/tune-$name.log"
+  tar czf "$OUT/results.tgz" -C "$G" w
 }
 
 gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)

@@ -3,6 +3,7 @@ llama-server 0c1e57098 --help (fixture) through specops.argv."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,33 @@ def test_cli_rejects_empty_task_file(capsys: pytest.CaptureFixture[str], tmp_pat
     empty.write_text("")
     assert main(["bench", "--tasks", str(empty), "--arms", "baseline", "--work-dir", str(tmp_path / "w")]) == 2
     assert "has no tasks" in capsys.readouterr().err
+
+
+def test_mtp_arms_draft_with_the_targets_head_and_no_draft_model() -> None:
+    caps = parse_help(FIXTURE.read_text())
+    cfg = BenchConfig(target=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), server_binary=Path("llama-server"),
+                      caps=caps, tasks=load_tasks(limit_per_workload=1))
+    arms = {a.name: a for a in select_arms(["mtp-n3", "exact-mtp-n2"])}
+    assert arms["mtp-n3"].draft is None and arms["mtp-n3"].reference == "baseline"
+    assert arms["exact-mtp-n2"].reference == "exact-baseline"
+    argv = build_argv(cfg.profile_for(arms["mtp-n3"]), caps)
+    assert argv[argv.index("--spec-type") + 1] == "draft-mtp" and argv[argv.index("--spec-draft-n-max") + 1] == "3"
+    assert "--spec-draft-model" not in argv and "/m/d.gguf" not in argv
+    ex = build_argv(cfg.profile_for(arms["exact-mtp-n2"]), caps)
+    assert ex[ex.index("--cache-type-v") + 1] == "q8_0" and ex[ex.index("--spec-draft-n-max") + 1] == "2"
+
+
+def test_cli_refuses_mtp_arms_on_a_target_without_mtp_layers(capsys: pytest.CaptureFixture[str],
+                                                              tmp_path: Path) -> None:
+    from tests.unit.synthgguf import write_gguf
+
+    prefix = tmp_path / "llama"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "llama-server").write_text("")
+    (prefix / "capabilities.json").write_text(json.dumps(parse_help(FIXTURE.read_text()).to_dict()))
+    target = write_gguf(tmp_path / "t.gguf")
+    rc = main(["bench", "--target", str(target), "--llama-prefix", str(prefix), "--arms", "mtp-n3",
+               "--work-dir", str(tmp_path / "w"), "--no-ceiling"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "arm mtp-n3 draft with the target's own MTP head, but t.gguf has no MTP layers" in err, err
+    assert len(err.splitlines()) == 1

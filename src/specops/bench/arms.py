@@ -17,6 +17,9 @@ Names are also a small grammar so users can ask for arms not in the standard lis
 ``ngram-simple-m<M>``     ngram-simple / ngram-map-k with an M-token draft (default 48)
 ``exact-ngram-…``         any of the two above with the exact profile's numerics
 ``exact-<type>``          an n-gram type or ``spec-default`` (no draft model) with the exact profile's numerics
+``mtp-n<K>``              the target's own MTP head drafts (``draft-mtp``, no draft model), draft n-max K; the
+                          target's GGUF must carry ``<arch>.nextn_predict_layers``; ``exact-mtp-n<K>`` with the exact
+                          profile's numerics
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ def _none(name: str, description: str, family: str, reference: str, **profile: A
 _DRAFT = re.compile(r"^draft-n(\d+)(?:-p(0(?:\.\d+)?|1(?:\.0+)?))?(?:-nmin(\d+))?$")
 _QUANT = re.compile(r"^draft-(i?q\d[a-z0-9_]*)-n(\d+)$", re.IGNORECASE)
 _EXACT = re.compile(r"^exact-(nr-)?n(\d+)$")
+_MTP = re.compile(r"^(exact-)?mtp-n(\d+)$")
 _NGRAM = re.compile(r"^(exact-)?(ngram-mod)-n(\d+)$|^(exact-)?(ngram-simple|ngram-map-k|ngram-map-k4v)-m(\d+)$")
 
 
@@ -124,6 +128,15 @@ def parse_arm(name: str) -> Arm:
             draft=qtype,
             family="quant",
         )
+    m = _MTP.match(name)
+    if m:
+        k = int(m.group(2))
+        prof = {"spec_type": "draft-mtp", "draft_n_max": k}
+        desc = f"the target's MTP head drafts ({spell(spec_type='draft-mtp')}), draft n-max {k}"
+        if m.group(1):
+            return Arm(name, f"exact profile ({spell(**EXACT_CACHE)}), {desc}", {**prof, **EXACT_CACHE},
+                       reference="exact-baseline", family="exact")
+        return Arm(name, desc, prof, family="mtp")
     m = _NGRAM.match(name)
     if m:
         exact = bool(m.group(1) or m.group(4))
@@ -167,7 +180,7 @@ def parse_arm(name: str) -> Arm:
         )
     raise ArmError(
         f"unknown arm {name!r}. Known arms: {', '.join(sorted(fixed))}; "
-        "or the patterns draft-n<K>[-p<P>][-nmin<M>], q<TYPE>-n<K>, exact-n<K>, exact-nr-n<K>"
+        "or the patterns draft-n<K>[-p<P>][-nmin<M>], q<TYPE>-n<K>, exact-n<K>, exact-nr-n<K>, [exact-]mtp-n<K>"
     )
 
 

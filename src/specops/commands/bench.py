@@ -35,8 +35,9 @@ from specops.capabilities import Capabilities
 from specops.fetch import catalog
 from specops.fit import GPU_BACKENDS, FitError, FitParams, Memory, estimate, measure_memory
 from specops.ggufmeta import GGUFError
-from specops.knobs import spell
+from specops.knobs import spec_type_members, spell
 from specops.paths import build_backend, cache_dir, llama_prefix
+from specops.room import MTP_TYPE, mtp_problems
 
 NAME = "bench"
 HELP = "does speculation pay here? hardware ceiling, paired sequential bench, A/A-gated recommendation"
@@ -390,6 +391,11 @@ def _resolve_inputs(args: argparse.Namespace, store: ResultStore, progress: Prog
     caps = Capabilities.load(caps_file)
     needs_draft = any(a.draft is not None for a in selected)
     _check_models(args, needs_draft)
+    mtp = [a.name for a in selected if MTP_TYPE in spec_type_members(a.profile.get("spec_type"))]
+    if mtp and mtp_problems(MTP_TYPE, args.target):
+        _fail(f"arm{'s' if len(mtp) > 1 else ''} {', '.join(mtp)} draft with the target's own MTP head, but "
+              f"{Path(args.target).name} has no MTP layers (<arch>.nextn_predict_layers in its GGUF header): leave "
+              "them out or bench an MTP-headed target")
     if args.fresh and store.root.exists():
         store.init_plan({}, fresh=True)  # clears results, keeps nothing of the old plan
         store.plan_path.unlink(missing_ok=True)
