@@ -130,13 +130,7 @@ def parse_arm(name: str) -> Arm:
         )
     m = _MTP.match(name)
     if m:
-        k = int(m.group(2))
-        prof = {"spec_type": "draft-mtp", "draft_n_max": k}
-        desc = f"the target's MTP head drafts ({spell(spec_type='draft-mtp')}), draft n-max {k}"
-        if m.group(1):
-            return Arm(name, f"exact profile ({spell(**EXACT_CACHE)}), {desc}", {**prof, **EXACT_CACHE},
-                       reference="exact-baseline", family="exact")
-        return Arm(name, desc, prof, family="mtp")
+        return _mtp_arm(name, m)
     m = _NGRAM.match(name)
     if m:
         exact = bool(m.group(1) or m.group(4))
@@ -182,6 +176,16 @@ def parse_arm(name: str) -> Arm:
         f"unknown arm {name!r}. Known arms: {', '.join(sorted(fixed))}; "
         "or the patterns draft-n<K>[-p<P>][-nmin<M>], q<TYPE>-n<K>, exact-n<K>, exact-nr-n<K>, [exact-]mtp-n<K>"
     )
+
+
+def _mtp_arm(name: str, m: re.Match[str]) -> Arm:
+    k = int(m.group(2))
+    prof = {"spec_type": "draft-mtp", "draft_n_max": k}
+    desc = f"the target's MTP head drafts ({spell(spec_type='draft-mtp')}), draft n-max {k}"
+    if m.group(1):
+        return Arm(name, f"exact profile ({spell(**EXACT_CACHE)}), {desc}", {**prof, **EXACT_CACHE},
+                   reference="exact-baseline", family="exact")
+    return Arm(name, desc, prof, family="mtp")
 
 
 def _fixed_arms() -> dict[str, Arm]:
