@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter
 
+from specops.paths import cache_dir
+
 ARCH = "qwen35"
 N_VOCAB, N_EMBD, N_FF = 512, 256, 512
 N_HEAD, N_HEAD_KV, HEAD_DIM, N_ROT = 2, 2, 128, 64
@@ -33,8 +35,6 @@ NAME = "tiny-qwen35-mtp.gguf"
 
 
 def default_path() -> Path:
-    from specops.paths import cache_dir
-
     return cache_dir() / "models" / NAME
 
 

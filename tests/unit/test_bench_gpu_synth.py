@@ -30,8 +30,8 @@ RATES = (0.87, 0.70, 0.64, 0.58, 0.53, 0.46, 0.43, 0.42)
 
 def _cfg(gpu: bool, rates: tuple[float, ...] = ()) -> BenchConfig:
     return BenchConfig(target=Path("/m/t.gguf"), draft=Path("/m/d.gguf"), server_binary=Path("llama-server"),
-                       caps=parse_help(HELP.read_text()), tasks=load_tasks(limit_per_workload=1), gpu=gpu,
-                       synth_rates=rates)
+                       caps=parse_help(HELP.read_text()), tasks=load_tasks(limit_per_workload=1),
+                       backend="cuda" if gpu else "cpu", synth_rates=rates)
 
 
 def _argv(cfg: BenchConfig, name: str) -> list[str]:
@@ -94,11 +94,8 @@ def test_gpu_capacity_counts_one_copy_of_the_weights_per_server(tmp_path: Path) 
     the fit says one server needs, repeated, within the GPU's memory less the margin."""
     target = write_gguf(tmp_path / "t.gguf", extra_tensor_elems=16 * 2**20)  # 64 MiB of f32 weights
     draft = write_gguf(tmp_path / "d.gguf")
-    prefix = tmp_path / "llama"
-    (prefix / "bin").mkdir(parents=True)
-    (prefix / "build-info.json").write_text(json.dumps({"backend": "cuda"}))
-    cfg = BenchConfig(target=target, draft=draft, server_binary=prefix / "bin" / "llama-server",
-                      caps=parse_help(HELP.read_text()), tasks=load_tasks(limit_per_workload=1), gpu=True)
+    cfg = BenchConfig(target=target, draft=draft, server_binary=Path("llama-server"),
+                      caps=parse_help(HELP.read_text()), tasks=load_tasks(limit_per_workload=1), backend="cuda")
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     arms = select_arms(["exact-n8", "exact-n2"])  # with the two baselines: four servers

@@ -45,6 +45,11 @@ ANY_HOST = {"0.0.0.0", "::", "localhost", ""}
 SETTLE_LOOKS, SETTLE_STEP = 12, 0.25  # a failure whose journal names no cause of its own is read again for 3 s
 
 
+def own_causes(lines: list[str]) -> list[str]:
+    """The cause lines of the process's own: not systemd's restating the exit."""
+    return [line for line in lines if CAUSE.search(line) and not ECHO.match(line.strip())]
+
+
 def select_cause(lines: list[str], limit: int = MAX_CAUSE) -> list[str]:
     """The lines that say why a run failed, at most ``limit``, in journal order, repeats (restarts) once.
 
@@ -53,7 +58,7 @@ def select_cause(lines: list[str], limit: int = MAX_CAUSE) -> list[str]:
     systemd's lines restating the exit (``Failed with result 'exit-code'``) count only when nothing else does.
     """
     hits = [line.strip() for line in lines if CAUSE.search(line)]
-    own = [line for line in hits if not ECHO.match(line)]
+    own = own_causes(hits)
     picked = list(dict.fromkeys(reversed(own or hits)))[::-1]  # the last of each repeat, in order
     if len(picked) > limit:
         picked = picked[:1] + picked[len(picked) - limit + 1:]
@@ -140,9 +145,6 @@ def journal_lines(unit: str, invocations: list[str], since: str) -> list[str]:
     return run(journal_argv(unit, invocations, since)) or run(journal_argv(unit, [], since))
 
 
-def has_own_cause(lines: list[str]) -> bool:
-    """Does the journal hold a cause line of the process's own (not only systemd's restating the exit)?"""
-    return any(CAUSE.search(line) and not ECHO.match(line.strip()) for line in lines)
 
 
 def failure(head: str, unit: str, invocations: list[str], since: str) -> dict[str, object]:
@@ -151,7 +153,7 @@ def failure(head: str, unit: str, invocations: list[str], since: str) -> dict[st
     # own ("Failed with result 'exit-code'"), even after --sync: a TabbyAPI traceback did once under the whole
     # suite's load. Look again for a few seconds before settling for systemd's lines.
     for _ in range(SETTLE_LOOKS):
-        if has_own_cause(lines):
+        if own_causes(lines):
             break
         time.sleep(SETTLE_STEP)
         lines = journal_lines(unit, invocations, since)

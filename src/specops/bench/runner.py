@@ -49,6 +49,7 @@ from specops.client import (
     ServerError,
     parse_metrics,
 )
+from specops.fit import GPU_BACKENDS
 from specops.profile import ProfileError, ServerProfile
 from specops.server import ServerProcess, ServerStartError
 
@@ -80,10 +81,15 @@ class BenchConfig:
     interleave: str = "slices"  # slices: a block's requests time-sliced; requests: one after another
     slice_s: float = 0.5
     recycle: int | None = 8  # reload every server (in a new order) every this many blocks
-    gpu: bool = False  # a GPU build: every layer of target and draft on the GPU (a server that does not fit fails)
+    backend: str = "cpu"  # the build's (PREFIX/build-info.json); a GPU one puts every layer on the GPU
     # benchmarking only: llama.cpp's synthetic acceptance imposed on every speculative arm (knob spec_synth_rates,
     # the first n_max per-position rates): speed is the real draft's and verifier's, acceptance is imposed
     synth_rates: tuple[float, ...] = ()
+
+    @property
+    def gpu(self) -> bool:
+        """A GPU build: every layer of target and draft on the GPU (a server that does not fit fails)."""
+        return self.backend in GPU_BACKENDS
 
     def draft_for(self, arm: Arm) -> Path | None:
         if arm.draft is None:

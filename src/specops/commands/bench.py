@@ -33,7 +33,7 @@ from specops.bench.summary import build
 from specops.bench.tasks import STANDARD_SET, Task, TaskError, load_tasks, task_set_digest, workloads_of
 from specops.capabilities import Capabilities
 from specops.fetch import catalog
-from specops.fit import GPU_BACKENDS, FitError, FitParams, Memory, estimate, measure_memory
+from specops.fit import FitError, FitParams, Memory, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import spec_type_members, spell
 from specops.paths import build_backend, cache_dir, llama_prefix
@@ -52,7 +52,8 @@ def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in text.split(",") if x.strip())
 
 
-def _rates(text: str) -> tuple[float, ...]:
+def rates_arg(text: str) -> tuple[float, ...]:
+    """``--synth-rates`` (bench and tune): :func:`specops.bench.runner.parse_rates` as an argparse type."""
     try:
         return parse_rates(text)
     except BenchError as exc:
@@ -140,7 +141,7 @@ def _method_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory-mib", type=float, default=None,
                    help="memory the side-by-side servers may use (default: what the host has available: host RAM, "
                    "or GPU memory for a CUDA/ROCm build)")
-    g.add_argument("--synth-rates", type=_rates, default=(), metavar="P0,P1,...|FILE",
+    g.add_argument("--synth-rates", type=rates_arg, default=(), metavar="P0,P1,...|FILE",
                    help="benchmarking only: impose llama.cpp's synthetic acceptance (knob spec_synth_rates, one "
                    "unconditional rate per draft position, or a JSON file with 'rates') on every speculative arm; "
                    "speed is real, acceptance imposed, output not the target's (use --rule fastest)")
@@ -260,7 +261,7 @@ def _capacity(args: argparse.Namespace, cfg: BenchConfig, arms: list[Arm]) -> tu
     """How many of the servers fit side by side (the memory fit of each, shared model pages counted once)."""
     if cfg.gpu:  # every server holds its own copy of the weights on the GPU
         try:
-            memory = measure_memory(build_backend(cfg.server_binary.parent.parent), memory_mib=args.memory_mib)
+            memory = measure_memory(cfg.backend, memory_mib=args.memory_mib)
         except FitError as exc:
             raise BenchError(f"GPU memory: {exc}") from exc
     else:
@@ -408,7 +409,7 @@ def _resolve_inputs(args: argparse.Namespace, store: ResultStore, progress: Prog
         ctx_size=args.ctx_size, derived_drafts=derived,
         budget_s=budget_min * 60 if budget_min is not None else None,
         interleave=args.interleave, slice_s=args.slice, recycle=args.recycle or None,
-        gpu=build_backend(prefix) in GPU_BACKENDS, synth_rates=tuple(args.synth_rates),
+        backend=build_backend(prefix), synth_rates=tuple(args.synth_rates),
     )
     arm_defs = {a.name: a.to_dict() for a in selected}
     return _Inputs(reps=reps, selected=selected, tasks=tasks, prefix=prefix, caps=caps, needs_draft=needs_draft,

@@ -27,12 +27,13 @@ from typing import Any
 from specops.bench import ceiling as ceil
 from specops.bench.arms import EXACT_CACHE, parse_arm
 from specops.bench.costmodel import Overheads, Run, StepCosts, fit_overheads
-from specops.bench.runner import BenchConfig, BenchError, Progress, parse_rates
+from specops.bench.runner import BenchConfig, Progress
 from specops.bench.stats import Interval
 from specops.bench.store import ResultStore
 from specops.bench.tasks import Task, TaskError, load_tasks, workloads_of
 from specops.capabilities import Capabilities
-from specops.fit import GPU_BACKENDS, MIB, FitError, FitParams, estimate, measure_memory
+from specops.commands import bench as bench_command
+from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
@@ -95,19 +96,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measure-all", action="store_true",
                    help="also measure every candidate the shortlist left out (for comparison: the choice is still "
                    "made from the shortlist, and the result names the best measured)")
-    p.add_argument("--synth-rates", type=_rates, default=(), metavar="P0,P1,...|FILE",
+    p.add_argument("--synth-rates", type=bench_command.rates_arg, default=(), metavar="P0,P1,...|FILE",
                    help="benchmarking only: llama.cpp's synthetic acceptance on every speculative server (see "
                    "specops bench --synth-rates); needs --rule fastest")
     p.add_argument("--work-dir", type=Path, help="where servers' logs and results go (default: the cache)")
     p.add_argument("--out", type=Path, help="write the result JSON here too")
     p.add_argument("--quiet", action="store_true")
-
-
-def _rates(text: str) -> tuple[float, ...]:
-    try:
-        return parse_rates(text)
-    except BenchError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _err(msg: str) -> None:
@@ -189,23 +183,24 @@ def _setup(args: argparse.Namespace) -> Setup:
     except TaskError as exc:
         raise TuneError(str(exc)) from exc
     probe_tasks = [t for w in workloads_of(tasks) for t in [x for x in tasks if x.workload == w][:args.probe_tasks]]
-    _check_fit(prefix, args, max(lengths))
+    backend = build_backend(prefix)
+    _check_fit(backend, args, max(lengths))
     work = args.work_dir or cache_dir() / "tune" / time.strftime("%Y%m%dT%H%M%S")
     store = ResultStore(work)
     cfg = BenchConfig(target=Path(args.target), draft=args.draft, server_binary=server, caps=caps,
                       tasks=tasks, max_tokens=args.probe_tokens, threads=args.threads,
                       draft_threads=args.threads, ctx_size=args.ctx_size, interleave="requests",
-                      gpu=build_backend(prefix) in GPU_BACKENDS, synth_rates=tuple(args.synth_rates))
+                      backend=backend, synth_rates=tuple(args.synth_rates))
     now = time.monotonic()
     return Setup(prefix, caps, cfg, store, work, lengths, names, probe_tasks, now + args.budget * 60, now,
                  Progress(quiet=args.quiet), now + args.probe_share * args.budget * 60)
 
 
-def _check_fit(prefix: Path, args: argparse.Namespace, n_max: int) -> None:
+def _check_fit(backend: str, args: argparse.Namespace, n_max: int) -> None:
     """The probes load the target with the draft model (at the longest length): refused in one line where that does
     not fit the build's memory (host RAM, or the GPU's for a CUDA/ROCm build; a GPU that vanished is said here)."""
     try:
-        memory = measure_memory(build_backend(prefix))
+        memory = measure_memory(backend)
         rep = estimate(args.target, args.draft, FitParams(ctx_size=args.ctx_size, draft_n_max=n_max), memory)
     except (FitError, GGUFError) as exc:
         raise TuneError(f"memory fit: {str(exc).splitlines()[0]}; nothing was changed") from None
@@ -305,8 +300,6 @@ def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
 
 def _measure(s: Setup, args: argparse.Namespace, chosen: list[str]) -> dict[str, Any] | None:
     """The shortlist side by side with plain decoding: the bench's paired design, A/A check and identity rule."""
-    from specops.commands import bench
-
     minutes = s.left() / 60
     if minutes < 0.5:
         s.open.append(f"{', '.join(chosen)}: not measured (budget spent before the measurement)")
@@ -329,8 +322,8 @@ def _measure(s: Setup, args: argparse.Namespace, chosen: list[str]) -> dict[str,
     if args.quiet:
         argv.append("--quiet")
     parser = argparse.ArgumentParser(prog="specops bench")
-    bench.add_arguments(parser)
-    rc = bench.run(parser.parse_args(argv))
+    bench_command.add_arguments(parser)
+    rc = bench_command.run(parser.parse_args(argv))
     raw = s.work / "measure-assets" / "results.json"
     if rc != 0 or not raw.exists():
         s.open.append(f"the side-by-side measurement ended with exit {rc}: see {s.work / 'measure'}")
