@@ -18,6 +18,9 @@ SEL = 'instance=~"$instance"'
 DS = {"type": "prometheus", "uid": "${datasource}"}
 # Panels built on series that TabbyAPI cannot give (llamacpp_exporter_unsupported_series) say so when empty.
 NOT_ON_TABBY = "No data (TabbyAPI cannot give this: see the table 'Series this engine cannot give')"
+# A figure of the deploy's auto-tune, labelled with the info's choice (specops_tune_info: chosen, spec_type, when,
+# reused), as the stat panel "Tuned profile" and the morning report (specops report) show it.
+TUNE_INFO = f"* on(instance, job) group_left(chosen, spec_type, when, reused) specops_tune_info{{{SEL}}}"
 
 
 @dataclass
@@ -167,6 +170,19 @@ ROWS: list[tuple[str, list[Panel]]] = [
               "names none). The speed-gate lines in the panels above exist only while it is ok and the gate "
               "measured (pays or loses). Not ok: re-run the deploy; it rewrites the record "
               "(alert SpecopsSpeedGateRecordBad after 15 minutes)."),
+        Panel("Tuned profile",
+              [(f"specops_tune_draft_n_max{{{SEL}}} {TUNE_INFO}", "{{instance}} {{chosen}} draft length"),
+               (f"specops_tune_measured_speedup{{{SEL}}} {TUNE_INFO}", "{{instance}} {{chosen}} measured speedup"),
+               (f"specops_tune_measured_speedup_low{{{SEL}}} {TUNE_INFO}", "{{instance}} {{chosen}} speedup low"),
+               (f"specops_tune_measured_speedup_high{{{SEL}}} {TUNE_INFO}", "{{instance}} {{chosen}} speedup high")],
+              "stat", width=12, height=6,
+              no_value="No tune: the deploy's auto-tune did not run here (llama_server_tune off, or explicit "
+              "settings), or the speed-gate record is not ok; TabbyAPI has none",
+              description="The profile the deploy's auto-tune (llama_server_tune: auto) chose on each host, from "
+              "the speed-gate record: its draft length, and its speedup over plain decoding of the same build on "
+              "the same host as the tune measured it (one stream), with the interval's low and high ends. Shown "
+              "whatever the speed gate's verdict, only while the record is ok; a draft length or a speedup the "
+              "tune did not give is absent, never 0."),
         Panel("Build, models and speculation settings", [(f"llamacpp_server_info{{{SEL}}}", "")], "table",
               width=24, height=6, instant=True),
         Panel("Series this engine cannot give", [(f"llamacpp_exporter_unsupported_series{{{SEL}}}", "")], "table",

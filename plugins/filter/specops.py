@@ -271,14 +271,23 @@ def specops_knob_vars(_: Any = None) -> list[str]:
     return [k.role_var for k in KNOBS if k.role]
 
 
-def specops_knob_profile(values: list[Any], backend: str | None = None) -> dict[str, Any]:
+def specops_knob_profile(values: list[Any], backend: str | None = None,
+                         tuned: dict[str, Any] | None = None) -> dict[str, Any]:
     """The profile (knob name -> value) from the values of :func:`specops_knob_vars`, in that order; a setting
     left null whose default differs per backend takes ``backend``'s from the knob table (or, for n-gram types that
-    spell it with their own flag, llama.cpp's default for that type: the knob's :meth:`default_for`)."""
+    spell it with their own flag, llama.cpp's default for that type: the knob's :meth:`default_for`). ``tuned``:
+    what the deploy's tune chose (role variable -> value, only settings the inventory left open), taken over the
+    role's values (not set as facts: an extra var would silently outrank a fact)."""
     knobs = [k for k in KNOBS if k.role]
     if len(values) != len(knobs):
         raise AnsibleFilterError(f"specops_knob_profile: {len(values)} values for {len(knobs)} settings")
+    by_var = {k.role_var: k.name for k in knobs}
+    unknown = sorted(set(tuned or {}) - set(by_var))
+    if unknown:
+        raise AnsibleFilterError(f"specops_knob_profile: the tune set {', '.join(unknown)}, which is no setting")
     given = dict(zip((k.name for k in knobs), values, strict=True))
+    given.update({by_var[var]: v for var, v in (tuned or {}).items()})
+    values = [given[k.name] for k in knobs]
     return {k.name: (k.default_for(backend, given.get("spec_type")) if v is None and k.backend_defaults else v)
             for k, v in zip(knobs, values, strict=True)}
 

@@ -88,7 +88,11 @@ def test_every_dashboard_panel_has_data(start_server, smollm, tmp_path, processe
                                 "plain_tps": 40.0, "speculative_tps": 31.0, "ratio": 0.78, "min_ratio": 1.0,
                                 "break_even_acceptance": 1.2, "verdict": "loses", "action": "warn",
                                 "serving": "speculative", "spec_type": "draft-simple", "mode": "side by side",
-                                "measured_at": "2026-11-23T00:00:00Z", "build_id": "test"}))
+                                "measured_at": "2026-11-23T00:00:00Z", "build_id": "test",
+                                # the deploy's auto-tune (its summary in the record): the "Tuned profile" panel
+                                "tune": {"chosen": "exact-n4", "spec_type": "draft-simple", "draft_n_max": 4,
+                                         "predicted": 1.1, "reused": False, "when": "2026-11-23T00:00:00+0000",
+                                         "speedup": {"estimate": 0.8, "low": 0.7, "high": 0.9, "n": 5}}}))
     exporter_port = free_port()
     processes.start([sys.executable, "-m", "specops.cli", "exporter", "--server-url", server.base_url,
                      "--listen-port", str(exporter_port), "--interval", "1", "--nvidia-smi", str(fake_smi),

@@ -42,6 +42,11 @@ EMPTY_ON_TABBYAPI = {
     "Draft acceptance vs this host's break-even [B]",
     "Decode speed vs plain decoding on this host [B]",
     "Speed-gate record [A]",   # no record, no series (no --speed-gate-file for TabbyAPI)
+    # the deploy's auto-tune is llama-server's (its summary lives in the speed gate's record)
+    "Tuned profile [A]",
+    "Tuned profile [B]",
+    "Tuned profile [C]",
+    "Tuned profile [D]",
 }
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import shutil
+import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -70,9 +71,16 @@ def mistral_dir() -> Path:
             for name in ("tokenizer.json", "tokenizer_config.json"):
                 member = tar.extractfile(f"package/models/{name}")
                 assert member is not None
-                (out / name).write_bytes(member.read())
-        (out / "config.json").write_text(json.dumps(MISTRAL_CONFIG, indent=1))
+                _write_atomic(out / name, member.read())
+        _write_atomic(out / "config.json", json.dumps(MISTRAL_CONFIG, indent=1).encode())  # written last: done
     return out
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Another pytest worker may read ``path`` while this one writes it: write beside it, then rename."""
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    part.write_bytes(data)
+    os.replace(part, path)
 
 
 def _vocab_gguf(name: str) -> Path:
@@ -81,7 +89,7 @@ def _vocab_gguf(name: str) -> Path:
         return out
     for tree in sorted((cache_dir() / "src").glob("llama.cpp-*/models")):
         if (tree / out.name).is_file():
-            shutil.copy(tree / out.name, out)
+            _write_atomic(out, (tree / out.name).read_bytes())
             return out
     sdist = cache_dir() / "src" / SDIST
     if not sdist.is_file():
@@ -93,10 +101,12 @@ def _vocab_gguf(name: str) -> Path:
     with tarfile.open(sdist) as tar:
         member = tar.extractfile(f"llama_cpp_python-0.3.36/vendor/llama.cpp/models/{out.name}")
         assert member is not None
-        out.write_bytes(io.BytesIO(member.read()).getvalue())
+        _write_atomic(out, io.BytesIO(member.read()).getvalue())
     return out
 
 
 def exported_dir(name: str) -> Path:
-    """llama.cpp's ``ggml-vocab-<name>.gguf`` exported to a Hugging Face directory (re-exported every call)."""
-    return export(_vocab_gguf(name), root() / f"{name}-exported")
+    """llama.cpp's ``ggml-vocab-<name>.gguf`` exported to a Hugging Face directory (re-exported every call), one
+    directory per process: pytest's workers re-export at the same time, and one read another's half-written
+    tokenizer.json ("Expecting value: line 1 column 1", 2026-11-27)."""
+    return export(_vocab_gguf(name), Path(tempfile.gettempdir()) / f"specops-{name}-exported-{os.getpid()}")

@@ -4,7 +4,9 @@ Whenever a record path is configured the exporter says ``specops_speed_gate_reco
 missing, invalid, stale); the figures and ``specops_speed_gate_info`` exist only for an ok record of a measured
 verdict. A record is ok only while the unit file it names (under the systemd unit directories) still has the sha256
 the deploy wrote into it. Here the "systemd unit directory" is a tmp dir handed to the reader (``unit_dirs``), and
-files are replaced the way the deploy does it (write beside, rename over).
+files are replaced the way the deploy does it (write beside, rename over). The deploy's auto-tune, kept in the record
+(``tune``), is exported (``specops_tune_*``) for any ok record whatever its verdict; a malformed one costs only its
+own series.
 """
 
 from __future__ import annotations
@@ -300,3 +302,105 @@ def test_without_a_record_path_there_is_no_record_state(host: Host) -> None:
     host.write()
     fams = exposition(None)
     assert "specops_speed_gate_record_state" not in fams and not any(n in fams for n in FIGURES)
+
+
+# ---- the deploy's auto-tune, kept in the record (``tune``) ------------------------------------------------------
+
+TUNE = {"chosen": "exact-n8", "reason": "the fastest measured that is identical to plain decoding",
+        "spec_type": "draft-simple", "draft_n_max": 8, "predicted": 1.26, "measured": "1.10× [1.08, 1.11]",
+        "speedup": {"estimate": 1.10, "low": 1.08, "high": 1.11, "n": 12}, "runner_up": "exact-n4",
+        "runner_up_measured": "1.05× [1.03, 1.07]", "best_measured": None,
+        "applied": {"llama_server_draft_n_max": 8}, "kept": {}, "reused": False, "when": "2026-11-27T06:00:00+0000",
+        "key": "abc123", "build": {"commit": "0c1e57098"}, "models": {}, "device": "cpu: test x2", "open": [],
+        "concurrency": "one stream", "candidates": [{"name": "exact-n8", "predicted": 1.26,
+                                                     "measured": "1.10× [1.08, 1.11]", "verdict": "chosen"}]}
+TUNE_SERIES = ("specops_tune_info", "specops_tune_draft_n_max", "specops_tune_measured_speedup",
+               "specops_tune_measured_speedup_low", "specops_tune_measured_speedup_high",
+               "specops_tune_predicted_speedup")
+
+
+def tune_series(fams: dict[str, list]) -> dict[str, float]:
+    return {name: fams[name][0].value for name in TUNE_SERIES if name in fams}
+
+
+def test_an_ok_record_with_a_tune_exports_its_choice_and_figures(host: Host) -> None:
+    host.write(tune=TUNE)
+    r = host.reader().check()
+    assert r.state == OK and r.tune is not None and r.gate is not None
+    fams = exposition(host)
+    assert one_hot(fams) == OK
+    assert tune_series(fams) == {"specops_tune_info": 1.0, "specops_tune_draft_n_max": 8.0,
+                                 "specops_tune_measured_speedup": 1.10, "specops_tune_measured_speedup_low": 1.08,
+                                 "specops_tune_measured_speedup_high": 1.11, "specops_tune_predicted_speedup": 1.26}
+    assert fams["specops_tune_info"][0].labels == {"chosen": "exact-n8", "spec_type": "draft-simple",
+                                                   "when": "2026-11-27T06:00:00+0000", "reused": "false"}
+    assert all(name in fams for name in FIGURES)  # and the gate's own series, as without a tune
+
+
+def test_a_tune_without_figures_exports_only_what_it_has(host: Host) -> None:
+    """Plain decoding chosen (no draft length, no spec type) from a reused result: no number is made up."""
+    host.write(tune={**TUNE, "chosen": "plain", "spec_type": None, "draft_n_max": None, "predicted": 0,
+                     "speedup": {"estimate": 1.0, "low": None, "high": None, "n": 1}, "reused": True})
+    fams = exposition(host)
+    assert tune_series(fams) == {"specops_tune_info": 1.0, "specops_tune_measured_speedup": 1.0}
+    assert fams["specops_tune_info"][0].labels == {"chosen": "plain", "spec_type": "unknown",
+                                                   "when": "2026-11-27T06:00:00+0000", "reused": "true"}
+
+
+def test_a_tune_is_exported_whatever_the_gates_verdict(host: Host) -> None:
+    """The gate off (not_measured, no gate figures) while the tune ran: its figures stand on their own."""
+    host.write(verdict="not_measured", plain_tps=None, speculative_tps=None, ratio=None, break_even_acceptance=None,
+               min_ratio=None, action="off", tune=TUNE)
+    fams = exposition(host)
+    assert one_hot(fams) == OK and not any(name in fams for name in FIGURES)
+    assert tune_series(fams)["specops_tune_measured_speedup"] == 1.10 and len(tune_series(fams)) == len(TUNE_SERIES)
+
+
+def test_a_stale_or_missing_record_exports_no_tune(host: Host) -> None:
+    host.write(tune=TUNE)
+    host.install(SPECULATIVE_UNIT)  # the unit changed since: the tune is another unit's too
+    fams = exposition(host)
+    assert one_hot(fams) == STALE and tune_series(fams) == {}
+    host.record.unlink()
+    fams = exposition(host)
+    assert one_hot(fams) == MISSING and tune_series(fams) == {}
+
+
+@pytest.mark.parametrize(("tune", "why"), [
+    ("exact-n8", "tune is a JSON str, not an object"),
+    ([TUNE], "tune is a JSON list"),
+    ({**TUNE, "chosen": ""}, "tune.chosen is ''"),
+    ({**TUNE, "chosen": None}, "tune.chosen is 'None'"),
+    ({**TUNE, "draft_n_max": True}, "tune.draft_n_max is True, not a number"),
+    ({**TUNE, "draft_n_max": "8"}, "tune.draft_n_max is '8', not a number"),
+    ({**TUNE, "predicted": -1.2}, "tune.predicted is -1.2, not a finite number >= 0"),
+    ({**TUNE, "speedup": {"estimate": float("inf"), "low": 1.0, "high": 1.2}}, "tune.speedup.estimate is inf"),
+    ({**TUNE, "speedup": {"estimate": float("nan")}}, "tune.speedup.estimate is nan"),
+    ({**TUNE, "speedup": "1.10×"}, "tune.speedup is a JSON str"),
+    ({**TUNE, "reused": "yes"}, "tune.reused is 'yes'"),
+    ({**TUNE, "when": 1764223200}, "tune.when is '1764223200', not a string"),
+])
+def test_a_malformed_tune_loses_its_own_series_not_the_record(host: Host, caplog, tune: object, why: str) -> None:
+    host.write(tune=tune)
+    reader = host.reader()
+    with caplog.at_level(logging.INFO, logger="specops.exporter.speedgate"):
+        for _ in range(3):
+            r = reader.check()
+            assert r.state == OK and r.gate is not None and r.tune is None
+            assert why not in r.why  # the record's own line says nothing of it
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelname == "WARNING"]
+    assert len(warned) == 1 and why in warned[0] and "malformed tune" in warned[0], warned
+    fams = exposition(host)
+    assert one_hot(fams) == OK and all(name in fams for name in FIGURES)
+    assert tune_series(fams) == {}
+
+
+def test_a_malformed_tune_is_logged_again_only_when_it_changes(host: Host, caplog) -> None:
+    reader = host.reader()
+    with caplog.at_level(logging.INFO, logger="specops.exporter.speedgate"):
+        for tune in ({**TUNE, "draft_n_max": "8"}, TUNE, {**TUNE, "draft_n_max": "8"}):  # bad, fixed, bad again
+            host.write(tune=tune)
+            for _ in range(3):
+                assert reader.check().state == OK
+    warned = [rec.getMessage() for rec in caplog.records if "malformed tune" in rec.getMessage()]
+    assert len(warned) == 2, warned

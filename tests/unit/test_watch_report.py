@@ -17,6 +17,12 @@ from specops import cli
 from specops.watch import dashboard
 
 A, B = "hosta:9840", "hostb:9840"
+# hosta's deploy tuned (the dashboard's "Tuned profile": each figure joined with specops_tune_info's labels); hostb's
+# did not
+TUNE_LABELS = {"instance": A, "job": "specops-exporter", "chosen": "exact-n8", "spec_type": "draft-simple",
+               "when": "2026-11-27T06:00:00+0000", "reused": "false"}
+TUNE_FIGURES = {"specops_tune_draft_n_max": "8", "specops_tune_measured_speedup": "1.1",
+                "specops_tune_measured_speedup_low": "1.08", "specops_tune_measured_speedup_high": "1.11"}
 
 
 def matrix(instance: str, values: list[float], extra: dict | None = None) -> dict:
@@ -37,8 +43,7 @@ class FakeProm(BaseHTTPRequestHandler):
         q = parse_qs(url.query).get("query", [""])[0]
         FakeProm.queries.append(q)
         if url.path == "/api/v1/query":
-            result = [{"metric": {"instance": A}, "value": [time.time(), "2"]}] if "restarts" in q else []
-            data = {"resultType": "vector", "result": result}
+            data = {"resultType": "vector", "result": self.instant(q)}
         elif url.path == "/api/v1/query_range":
             data = {"resultType": "matrix", "result": self.series(q)}
         else:
@@ -51,6 +56,13 @@ class FakeProm(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    @staticmethod
+    def instant(q: str) -> list[dict]:
+        if "restarts" in q:
+            return [{"metric": {"instance": A}, "value": [time.time(), "2"]}]
+        figure = TUNE_FIGURES.get(q.split("{")[0].strip())
+        return [{"metric": TUNE_LABELS, "value": [time.time(), figure]}] if figure else []
 
     @staticmethod
     def series(q: str) -> list[dict]:
@@ -126,6 +138,29 @@ def test_missing_series_say_no_data_never_a_number(prom: str, tmp_path: Path) ->
     assert "{{" not in md
 
 
+def test_the_tuned_profile_of_each_instance_or_no_data(prom: str, tmp_path: Path) -> None:
+    assert report(tmp_path, "--prometheus", prom) == 0
+    md = next((tmp_path / "reports").glob("*.md")).read_text()
+    section_a = md.split(f"## {A}")[1].split(f"## {B}")[0]
+    section_b = md.split(f"## {B}")[1].split("## Alerts")[0]
+    assert ("Tuned profile (the deploy's auto-tune): exact-n8, draft length 8, measured 1.10× [1.08, 1.11] vs plain "
+            "decoding, tuned 2026-11-27T06:00:00+0000, reused: no\n") in section_a
+    assert "Tuned profile (the deploy's auto-tune): no data\n" in section_b
+
+
+def test_the_tuned_profile_says_only_what_its_series_say() -> None:
+    from specops.watch.query import TUNE_DRAFT_N_MAX, TUNE_SPEEDUP, Tuned
+    from specops.watch.report import tuned_line
+
+    plain = Tuned({"chosen": "plain", "when": "2026-11-27T06:00:00+0000", "reused": "true"}, {TUNE_SPEEDUP: 1.0})
+    assert tuned_line(plain) == ("Tuned profile (the deploy's auto-tune): plain, measured 1.00× (no interval) vs "
+                                 "plain decoding, tuned 2026-11-27T06:00:00+0000, reused: yes")
+    unmeasured = Tuned({"chosen": "exact-n4"}, {TUNE_DRAFT_N_MAX: 4.0})
+    assert tuned_line(unmeasured) == ("Tuned profile (the deploy's auto-tune): exact-n4, draft length 4, not "
+                                      "measured, tuned unknown, reused: unknown")
+    assert tuned_line(None) == "Tuned profile (the deploy's auto-tune): no data"
+
+
 def test_alerts_that_fired_with_their_times(prom: str, tmp_path: Path) -> None:
     assert report(tmp_path, "--prometheus", prom) == 0
     md = next((tmp_path / "reports").glob("*.md")).read_text()
@@ -142,6 +177,9 @@ def test_queries_come_from_the_dashboard_with_grafana_variables_substituted(prom
     variables = dashboard.grafana_vars(3600, 15)
     expected = {t.expr for p in dashboard.select(panels, dashboard.RANGE_PANELS, variables) for t in p.targets}
     assert expected <= set(FakeProm.queries)
+    (tuned,) = dashboard.select(panels, (dashboard.TUNED_PROFILE,), variables)
+    assert {t.expr for t in tuned.targets} <= set(FakeProm.queries)
+    assert {t.expr.split("{")[0] for t in tuned.targets} == set(TUNE_FIGURES)  # one target per figure
     assert not any("$" in q for q in FakeProm.queries)
     assert any('increase(llamacpp_systemd_restarts_total{instance=~".+"}[3600s])' in q for q in FakeProm.queries)
 
@@ -168,7 +206,7 @@ def test_unreachable_prometheus_is_one_line_exit_2_nothing_written(tmp_path: Pat
 
 def test_every_report_panel_is_on_the_dashboard() -> None:
     panels = dashboard.load()
-    for title in (*dashboard.RANGE_PANELS, dashboard.RESTARTS_IN_RANGE):
+    for title in (*dashboard.RANGE_PANELS, dashboard.RESTARTS_IN_RANGE, dashboard.TUNED_PROFILE):
         assert title in panels
 
 

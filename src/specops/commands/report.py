@@ -55,12 +55,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         panels = dashboard.load(args.dashboard)
         shown = dashboard.select(panels, dashboard.RANGE_PANELS, variables)
-        (restarts,) = dashboard.select(panels, (dashboard.RESTARTS_IN_RANGE,), variables)
+        restarts, tuned = dashboard.select(panels, (dashboard.RESTARTS_IN_RANGE, dashboard.TUNED_PROFILE), variables)
     except dashboard.DashboardError as exc:
         return fail(str(exc))
     prom = query.Prometheus(args.prometheus, timeout=args.timeout)
     try:
-        watch = query.collect(prom, shown, restarts, start, end, step)
+        watch = query.collect(prom, shown, restarts, start, end, step, tuned)
     except query.PrometheusError as exc:
         return fail(str(exc))
     finally:

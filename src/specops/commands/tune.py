@@ -37,7 +37,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
-from specops.tune import decide, probes
+from specops.tune import decide, probes, record
 
 NAME = "tune"
 HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
@@ -101,6 +101,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "specops bench --synth-rates); needs --rule fastest")
     p.add_argument("--work-dir", type=Path, help="where servers' logs and results go (default: the cache)")
     p.add_argument("--out", type=Path, help="write the result JSON here too")
+    p.add_argument("--reuse", type=Path, metavar="FILE",
+                   help="an earlier result: when the build, the models, the device and the settings that matter are "
+                        "the same as its own, print it and measure nothing (the deploy's auto-tune); else tune and "
+                        "say what changed")
     p.add_argument("--quiet", action="store_true")
 
 
@@ -131,9 +135,11 @@ class Setup:
     deadline: float
     started: float
     progress: Progress
+    facts: dict[str, Any]
     probe_until: float = 0.0
     drift: float | None = None  # the plain server's second probe against its first (per-token time, -1..)
     open: list[str] = field(default_factory=list)
+    retuned: list[str] = field(default_factory=list)  # what moved since the --reuse result (tuned again)
     phases: dict[str, float] = field(default_factory=dict)
 
     def left(self) -> float:
@@ -193,7 +199,8 @@ def _setup(args: argparse.Namespace) -> Setup:
                       backend=backend, synth_rates=tuple(args.synth_rates))
     now = time.monotonic()
     return Setup(prefix, caps, cfg, store, work, lengths, names, probe_tasks, now + args.budget * 60, now,
-                 Progress(quiet=args.quiet), now + args.probe_share * args.budget * 60)
+                 Progress(quiet=args.quiet), record.facts(prefix, backend, args),
+                 now + args.probe_share * args.budget * 60)
 
 
 def _check_fit(backend: str, args: argparse.Namespace, n_max: int) -> None:
@@ -410,13 +417,37 @@ def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: l
                    "draft": str(args.draft) if args.draft else None,
                    "draft_size": Path(args.draft).stat().st_size if args.draft else None},
         "concurrency": "one stream: the figures are for one request at a time (one server slot)",
-        "work_dir": str(s.work),
+        "work_dir": str(s.work), "facts": s.facts, "key": record.key(s.facts),
+        "retuned_because": s.retuned,
     }
+
+
+def _reused(s: Setup, args: argparse.Namespace) -> bool:
+    """--reuse: the earlier result stands when nothing it depends on moved (printed, written to --out); else what
+    moved is said and the tune runs."""
+    old = record.previous(args.reuse)
+    if old is None:
+        return False
+    moved = record.changed(old.get("facts") or {}, s.facts)
+    if old["key"] == record.key(s.facts) and not moved:
+        if args.out and args.out.resolve() != args.reuse.resolve():
+            args.out.write_text(json.dumps(old, indent=1, default=str))
+        print(table(old))
+        print(f"\nchosen: {old['chosen']} — {old.get('reason', '')}\nreused: the result of {old.get('when', '?')} "
+              f"(the build, the models, the device and the settings are the same)")
+        print(f"variables: {json.dumps(old.get('vars') or {})}")
+        return True
+    s.progress.note(f"tune: the result of {old.get('when', '?')} is stale ({', '.join(moved) or 'its key'} changed): "
+                    "tuning again")
+    s.retuned = moved or ["the key"]
+    return False
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         s = _setup(args)
+        if args.reuse and _reused(s, args):
+            return 0
         s.progress.note(f"tune: {len(s.names)} candidates ({', '.join(s.names)}), budget {args.budget:g} min; "
                         f"work in {s.work}")
         costs, ceiling_data = _ceiling(s, args)

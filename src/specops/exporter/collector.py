@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from specops.exporter.llama_metrics import COUNTERS, GAUGES, PER_POS_HELP, PER_POS_NAME, SPEC_KEYS
 from specops.exporter.speedgate import STATES as SPEED_GATE_STATES
-from specops.exporter.speedgate import SpeedGateFile
+from specops.exporter.speedgate import SpeedGateFile, Tune
 from specops.exporter.state import Scraper, Snapshot
 
 _HELP = {name: help_ for name, help_ in (*COUNTERS.values(), *GAUGES.values())}
@@ -57,6 +57,35 @@ def server_info_labels(s: Snapshot) -> dict[str, str]:
     }
 
 
+def _positive(value: float | None) -> float | None:
+    """A figure worth exporting: above 0 (the reader has already refused what is not a finite number >= 0)."""
+    return value if value is not None and value > 0 else None
+
+
+def tune_series(tune: Tune | None) -> Iterator[Metric | None]:
+    """The deploy's auto-tune, from an ok speed-gate record (whatever the gate's verdict): its choice and figures."""
+    if tune is None:
+        return
+    info = InfoMetricFamily("specops_tune", "The deploy's auto-tune (llama_server_tune: auto): the profile it chose, "
+                            "its spec type, when it tuned, and whether this deploy reused that result (from the "
+                            "speed-gate record; only while specops_speed_gate_record_state{state=\"ok\"} is 1).")
+    info.add_metric([], tune.labels)
+    yield info
+    n = tune.numbers
+    yield _gauge("specops_tune_draft_n_max", "The draft length of the tune's chosen profile (absent when it sets "
+                 "none: plain decoding, an n-gram type without one).", n.get("draft_n_max"))
+    estimate = _positive(n.get("speedup_estimate"))
+    yield _gauge("specops_tune_measured_speedup", "The tune's chosen profile against plain decoding on this host, "
+                 "measured by the tune (decode speed ratio; absent when it measured none).", estimate)
+    if estimate is not None:
+        yield _gauge("specops_tune_measured_speedup_low", "Lower end of the interval of "
+                     "specops_tune_measured_speedup (absent without one).", _positive(n.get("speedup_low")))
+        yield _gauge("specops_tune_measured_speedup_high", "Upper end of the interval of "
+                     "specops_tune_measured_speedup (absent without one).", _positive(n.get("speedup_high")))
+    yield _gauge("specops_tune_predicted_speedup", "The speedup over plain decoding the tune predicted for its chosen "
+                 "profile before measuring.", _positive(n.get("predicted")))
+
+
 class SpecopsCollector(Collector):
     def __init__(self, scraper: Scraper) -> None:
         self.scraper = scraper
@@ -85,6 +114,7 @@ class SpecopsCollector(Collector):
         for state in SPEED_GATE_STATES:
             g.add_metric([state], 1.0 if reading.state == state else 0.0)
         yield g
+        yield from tune_series(reading.tune)  # the tune's figures stand on their own, whatever the gate's verdict
         if reading.gate is None:
             return
         n = reading.gate.numbers

@@ -18,6 +18,12 @@ configured, is one of (``specops_speed_gate_record_state{state}``, exactly one i
 The figures (and ``specops_speed_gate_info``) are exported only for an ``ok`` record whose verdict is
 ``pays`` or ``loses``: ``unproven`` and ``not_measured`` records have no figures to stand on, and a stale
 record's verdict is another unit's. No number beats a wrong one.
+
+The deploy's auto-tune, when it ran or reused its result, leaves its choice in the record too (``tune``: the chosen
+profile, its draft length, its measured speedup over plain decoding with the interval, when, reused). Those figures
+stand on their own, whatever the gate's verdict (a ``not_measured`` record of a deploy with the gate off still has
+one), so they are exported (``specops_tune_*``) for any ``ok`` record that has them. A malformed ``tune`` does not
+make the record invalid: its series are left out and the log says why, once.
 """
 
 from __future__ import annotations
@@ -57,14 +63,27 @@ class SpeedGate:
 
 
 @dataclass(frozen=True)
+class Tune:
+    """The deploy's auto-tune as the record keeps it (``tune``): the info's labels (chosen, spec_type, when,
+    reused) and the figures present (draft_n_max, predicted, speedup_estimate, speedup_low, speedup_high,
+    speedup_n), each a finite number >= 0."""
+
+    labels: dict[str, str]
+    numbers: dict[str, float]
+
+
+@dataclass(frozen=True)
 class Record:
-    """A valid record: its verdict, its figures (``None`` unless measured), the unit it was written for."""
+    """A valid record: its verdict, its figures (``None`` unless measured), the unit it was written for, and the
+    tune it keeps (``None`` when it keeps none, or a malformed one: then ``tune_problem`` says why)."""
 
     verdict: str
     gate: SpeedGate | None
     unit_file: str | None
     installed_unit_sha256: str | None
     why_unproven: str = ""
+    tune: Tune | None = None
+    tune_problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,6 +93,7 @@ class Reading:
     state: str
     why: str
     gate: SpeedGate | None = None  # only for an ok record whose verdict is pays or loses
+    tune: Tune | None = None  # only for an ok record that keeps a well-formed tune, whatever its verdict
 
 
 def _number_problem(key: str, v: Any) -> str:
@@ -82,6 +102,41 @@ def _number_problem(key: str, v: Any) -> str:
     if not math.isfinite(v) or v < 0:
         return f"{key} is {v!r}, not a finite number >= 0"
     return ""
+
+
+def parse_tune(value: Any) -> tuple[Tune | None, str]:
+    """The tune a record keeps: ``(None, "")`` when it keeps none, ``(None, why)`` when ``value`` is not one."""
+    if value is None:
+        return None, ""
+    if not isinstance(value, dict):
+        return None, f"tune is a JSON {type(value).__name__}, not an object"
+    chosen = value.get("chosen")
+    if not isinstance(chosen, str) or not chosen.strip():
+        return None, f"tune.chosen is {str(chosen)[:80]!r}, not a profile's name"
+    labels = {"chosen": chosen}
+    for key in ("spec_type", "when"):
+        v = value.get(key)
+        if v is not None and not isinstance(v, str):
+            return None, f"tune.{key} is {str(v)[:80]!r}, not a string"
+        labels[key] = v or "unknown"
+    reused = value.get("reused")
+    if reused is not None and not isinstance(reused, bool):
+        return None, f"tune.reused is {str(reused)[:80]!r}, not true or false"
+    labels["reused"] = "unknown" if reused is None else str(reused).lower()
+    speedup = value.get("speedup")
+    if speedup is not None and not isinstance(speedup, dict):
+        return None, f"tune.speedup is a JSON {type(speedup).__name__}, not an object"
+    figures = {"draft_n_max": value.get("draft_n_max"), "predicted": value.get("predicted"),
+               **{f"speedup_{k}": (speedup or {}).get(k) for k in ("estimate", "low", "high", "n")}}
+    numbers: dict[str, float] = {}
+    for key, v in figures.items():
+        if v is None:
+            continue
+        problem = _number_problem(f"tune.{key.replace('speedup_', 'speedup.')}", v)
+        if problem:
+            return None, problem
+        numbers[key] = float(v)
+    return Tune(labels, numbers), ""
 
 
 def unit_path_problem(path: Any, unit_dirs: tuple[str, ...] = UNIT_DIRS) -> str:
@@ -124,7 +179,8 @@ def validate(data: Any, mtime: float = 0.0, unit_dirs: tuple[str, ...] = UNIT_DI
             return None, problem
     if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
         return None, f"installed_unit_sha256 is {str(sha)[:80]!r}, not a sha256 in lower-case hex"
-    return Record(verdict, gate, unit_file, sha, str(data.get("unproven_because", "") or "")), ""
+    tune, tune_problem = parse_tune(data.get("tune"))  # a malformed tune loses its own series, not the record
+    return Record(verdict, gate, unit_file, sha, str(data.get("unproven_because", "") or ""), tune, tune_problem), ""
 
 
 def parse(data: Any, mtime: float = 0.0) -> SpeedGate | None:
@@ -161,6 +217,7 @@ class SpeedGateFile:
         self._unit_id: tuple[str, tuple[int, ...]] | None = None
         self._unit_sha = ""
         self._logged: tuple[str, str] | None = None
+        self._tune_logged = ""
 
     def read(self) -> SpeedGate | None:
         """The figures to export: those of an ok record with a measured verdict, else None."""
@@ -172,6 +229,7 @@ class SpeedGateFile:
         with self._lock:
             reading = self._check(self.path)
             self._log(reading)
+            self._log_tune(self.path, reading)
             return reading
 
     # ---- the record ----------------------------------------------------------------------------------------
@@ -239,9 +297,10 @@ class SpeedGateFile:
                                   f"(sha256 {self._unit_sha[:12]}… now, {recorded[:12]}… recorded): "
                                   f"no speed-gate series ({FIX})")
         if record.gate is not None:
-            return Reading(OK, f"{what} is ok for {unit}", record.gate)
+            return Reading(OK, f"{what} is ok for {unit}", record.gate, record.tune)
         because = f" ({record.why_unproven})" if record.why_unproven else ""
-        return Reading(OK, f"{what} is ok for {unit}{because}: no figures to export for this verdict")
+        return Reading(OK, f"{what} is ok for {unit}{because}: no figures to export for this verdict",
+                       tune=record.tune)
 
     def _log(self, reading: Reading) -> None:
         key = (reading.state, reading.why)
@@ -249,3 +308,14 @@ class SpeedGateFile:
             return
         self._logged = key
         (log.info if reading.state == OK else log.warning)("%s", reading.why)
+
+    def _log_tune(self, path: str, reading: Reading) -> None:
+        """A malformed tune in an ok record, logged once per reason (a record not ok exports no tune anyway)."""
+        record = self._record[0]
+        problem = record.tune_problem if reading.state == OK and record is not None else ""
+        if problem == self._tune_logged:
+            return
+        self._tune_logged = problem
+        if problem:
+            log.warning("speed gate record %s keeps a malformed tune: %s: no specops_tune_* series (the speed-gate "
+                        "series are not affected; %s)", path, problem, FIX)

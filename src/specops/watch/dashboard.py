@@ -23,6 +23,7 @@ RANGE_PANELS = (
     "Scrape errors /s by endpoint and kind",
 )
 RESTARTS_IN_RANGE = "Restarts in range"  # stat panel, evaluated once at the end of the window
+TUNED_PROFILE = "Tuned profile"  # stat panel (the deploy's auto-tune), evaluated once at the end of the window
 SCRAPE_INTERVAL_S = 15.0  # Prometheus' default; Grafana's $__rate_interval needs it
 
 

@@ -12,6 +12,11 @@ import httpx
 from specops.watch.dashboard import Panel
 
 MAX_POINTS = 720  # per series: a 12 h window at one point a minute
+# The figures of the dashboard's "Tuned profile" panel, by the series each of its targets starts with
+TUNE_DRAFT_N_MAX = "specops_tune_draft_n_max"
+TUNE_SPEEDUP = "specops_tune_measured_speedup"
+TUNE_SPEEDUP_LOW = "specops_tune_measured_speedup_low"
+TUNE_SPEEDUP_HIGH = "specops_tune_measured_speedup_high"
 
 
 class PrometheusError(Exception):
@@ -81,6 +86,14 @@ class Alert:
 
 
 @dataclass
+class Tuned:
+    """One instance's tuned profile at the end of the window (the dashboard's "Tuned profile" panel)."""
+
+    labels: dict[str, str]  # specops_tune_info's: chosen, spec_type, when, reused (and instance, job)
+    figures: dict[str, float] = field(default_factory=dict)  # by series: TUNE_DRAFT_N_MAX, TUNE_SPEEDUP...
+
+
+@dataclass
 class Watch:
     url: str
     start: float
@@ -89,10 +102,11 @@ class Watch:
     panels: list[PanelData]
     restarts: dict[str, float]  # instance -> increase over the window (the dashboard's "Restarts in range")
     alerts: list[Alert]
+    tuned: dict[str, Tuned] = field(default_factory=dict)  # instance -> its tuned profile at the end, if any
 
     @property
     def instances(self) -> list[str]:
-        names = {s.instance for p in self.panels for s in p.series} | set(self.restarts)
+        names = {s.instance for p in self.panels for s in p.series} | set(self.restarts) | set(self.tuned)
         names |= {a.instance for a in self.alerts if a.instance != "?"}
         return sorted(names)
 
@@ -144,8 +158,23 @@ def alerts_from(series: list[dict[str, Any]], step: float, end: float) -> list[A
     return sorted(out, key=lambda a: (a.start, a.name, a.instance))
 
 
+def tuned_at(prom: Prometheus, panel: Panel, at: float) -> dict[str, Tuned]:
+    """Each instance's tuned profile at ``at``: the panel's figures (a target's first series names which), and
+    the info's labels they carry. An instance without the series has none (no number rather than a made-up one)."""
+    out: dict[str, Tuned] = {}
+    for t in panel.targets:
+        m = re.match(r"\s*(\w+)", t.expr)
+        name = m.group(1) if m else t.expr
+        for s in prom.query(t.expr, at):
+            labels = {k: str(v) for k, v in s.get("metric", {}).items()}
+            v = float(s["value"][1])
+            if math.isfinite(v):
+                out.setdefault(labels.get("instance", "?"), Tuned(labels)).figures[name] = v
+    return out
+
+
 def collect(prom: Prometheus, panels: list[Panel], restarts: Panel, start: float, end: float,
-            step: float) -> Watch:
+            step: float, tuned: Panel | None = None) -> Watch:
     data = []
     for p in panels:
         pd = PanelData(p)
@@ -163,4 +192,4 @@ def collect(prom: Prometheus, panels: list[Panel], restarts: Panel, start: float
             if math.isfinite(v):
                 increases[s.get("metric", {}).get("instance", "?")] = v
     alerts = alerts_from(prom.query_range('ALERTS{alertstate="firing"}', start, end, step), step, end)
-    return Watch(prom.url, start, end, step, data, increases, alerts)
+    return Watch(prom.url, start, end, step, data, increases, alerts, tuned_at(prom, tuned, end) if tuned else {})

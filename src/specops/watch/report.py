@@ -6,7 +6,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specops.watch.plots import plot_instance, slug
-from specops.watch.query import Series, Watch, legend, shown
+from specops.watch.query import (
+    TUNE_DRAFT_N_MAX,
+    TUNE_SPEEDUP,
+    TUNE_SPEEDUP_HIGH,
+    TUNE_SPEEDUP_LOW,
+    Series,
+    Tuned,
+    Watch,
+    legend,
+    shown,
+)
 
 NO_DATA = "no data"
 
@@ -31,10 +41,31 @@ def _row(name: str, s: Series | None, unit: str) -> str:
     return f"| {s.name} | " + " | ".join(cells) + f" | {len(vals)} |"
 
 
+def tuned_line(t: Tuned | None) -> str:
+    """The deploy's tuned profile at the end of the window: chosen, draft length, measured speedup with its
+    interval, when, reused; what the series do not say is not said."""
+    if t is None:
+        return f"Tuned profile (the deploy's auto-tune): {NO_DATA}"
+    f = t.figures
+    parts = [t.labels.get("chosen", "?")]
+    if TUNE_DRAFT_N_MAX in f:
+        parts.append(f"draft length {f[TUNE_DRAFT_N_MAX]:g}")
+    if TUNE_SPEEDUP in f:
+        ci = (f" [{f[TUNE_SPEEDUP_LOW]:.2f}, {f[TUNE_SPEEDUP_HIGH]:.2f}]"
+              if TUNE_SPEEDUP_LOW in f and TUNE_SPEEDUP_HIGH in f else " (no interval)")
+        parts.append(f"measured {f[TUNE_SPEEDUP]:.2f}×{ci} vs plain decoding")
+    else:
+        parts.append("not measured")
+    parts.append(f"tuned {t.labels.get('when', 'unknown')}")
+    parts.append("reused: " + {"true": "yes", "false": "no"}.get(t.labels.get("reused", ""), "unknown"))
+    return "Tuned profile (the deploy's auto-tune): " + ", ".join(parts)
+
+
 def instance_section(watch: Watch, instance: str, png: str) -> list[str]:
     restarts = watch.restarts.get(instance)
     lines = [f"## {instance}", "",
              f"Restarts in the window: {NO_DATA if restarts is None else f'{restarts:.0f}'}", "",
+             tuned_line(watch.tuned.get(instance)), "",
              f"![{instance}]({png})", "",
              "| panel / series | last | min | mean | max | points |", "|---|---|---|---|---|---|"]
     for pd in watch.panels:

@@ -1,0 +1,123 @@
+"""The deploy's auto-tune (``llama_server_tune: auto``): what the tune may choose on a host, what of its choice the
+deploy applies, and the summary the speed gate's record keeps.
+
+Explicit settings win: the tune chooses only what the inventory left to it, ``llama_server_spec_type: auto`` (the
+kind: the draft model or an n-gram type or llama.cpp's ``default``) and ``llama_server_draft_n_max: null`` (the
+draft length). With both set the tune does not run; with one set it chooses the other around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specops.knobs import uses_draft_model
+from specops.tune.decide import PLAIN
+
+SPEC_TYPE = "llama_server_spec_type"
+DRAFT_N_MAX = "llama_server_draft_n_max"
+TUNABLE = (SPEC_TYPE, DRAFT_N_MAX)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whether the deploy tunes, why (one line either way), and the ``specops tune`` arguments that keep the
+    candidates inside what the inventory left open."""
+
+    run: bool
+    why: str
+    args: tuple[str, ...] = ()
+    draft: bool = False  # the candidates use the draft model (pass --draft)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "why": self.why, "args": list(self.args), "draft": self.draft}
+
+
+def scope(mode: str, spec_type: object, draft_n_max: object, has_draft: bool,
+          lengths: Sequence[int]) -> Scope:
+    """What ``specops tune`` may choose on this host, from the role's settings."""
+    if mode != "auto":
+        return Scope(False, "llama_server_tune is off: the configured profile is deployed as it is")
+    free_type, free_len = spec_type == "auto", draft_n_max is None
+    if not free_type and not free_len:
+        return Scope(False, f"explicit settings win: {SPEC_TYPE}={spec_type} and {DRAFT_N_MAX}={draft_n_max} are set "
+                            f"in the inventory, so the tune does not run (set {SPEC_TYPE}: auto or {DRAFT_N_MAX}: "
+                            "null to let it choose)")
+    if not free_type and spec_type != "draft-simple":
+        return Scope(False, f"explicit settings win: {SPEC_TYPE}={spec_type} is set; the tune chooses draft lengths "
+                            f"of a draft model (draft-simple) and between kinds (with {SPEC_TYPE}: auto), so it does "
+                            "not run")
+    draft = has_draft and (free_type or uses_draft_model(spec_type))
+    if not free_type and not draft:
+        return Scope(False, f"{SPEC_TYPE}={spec_type} needs a draft model and none is configured: nothing to tune")
+    ks = [int(k) for k in lengths] if free_len else [int(str(draft_n_max))]
+    args: list[str] = ["--lengths", ",".join(map(str, ks))] if draft else []
+    what = []
+    if draft:
+        what.append(f"draft length {'among ' + ','.join(map(str, ks)) if free_len else str(ks[0]) + ' (set)'}")
+    if free_type:
+        what.append("the n-gram types this build has and llama.cpp's default")
+    else:
+        args += ["--ngram", "", "--no-default"]
+    return Scope(True, "the tune chooses " + " and ".join(what) + " against plain decoding", tuple(args), draft)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What of the tune's choice the deploy sets (role variables), what the inventory's explicit values kept, and
+    the one line the deploy prints."""
+
+    vars: dict[str, Any]
+    kept: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"vars": self.vars, "kept": self.kept, "message": self.message}
+
+
+def apply(result: Mapping[str, Any], spec_type: object, draft_n_max: object) -> Applied:
+    """The role variables the deploy takes from a tune result: only those the inventory left open (spec type
+    ``auto``, draft length null). Plain decoding as the tune's choice sets nothing: the configured profile goes to
+    the speed gate, which serves plain decoding when it loses (llama_server_speed_gate: fallback)."""
+    chosen = str(result.get("chosen") or "")
+    if not chosen:
+        raise ValueError("the tune's record names no choice")
+    head = f"tune ({result.get('when', '?')}): "
+    if chosen == PLAIN:
+        return Applied({}, {}, head + f"no candidate pays here ({result.get('reason', '')}); the configured profile "
+                                      "is deployed and the speed gate judges it")
+    current = {SPEC_TYPE: spec_type, DRAFT_N_MAX: draft_n_max}
+    free = {SPEC_TYPE: spec_type == "auto", DRAFT_N_MAX: draft_n_max is None}
+    wanted = {k: v for k, v in dict(result.get("vars") or {}).items() if k in TUNABLE}
+    out = {k: v for k, v in wanted.items() if free[k]}
+    kept = {k: current[k] for k, v in wanted.items() if not free[k] and current[k] != v}
+    row = next((c for c in result.get("candidates") or () if c.get("name") == chosen), {})
+    figures = f"measured {row.get('measured')}" if row.get("measured") else "not measured"
+    text = head + f"{chosen} ({figures}): " + (", ".join(f"{k}={v}" for k, v in out.items()) or "nothing to set")
+    if kept:
+        text += "; explicit settings win: " + ", ".join(f"{k}={v} kept" for k, v in kept.items())
+    return Applied(out, kept, text)
+
+
+def summary(result: Mapping[str, Any], applied: Applied, reused: bool) -> dict[str, Any]:
+    """What the speed gate's record keeps of the tune (the exporter, the morning report and the dashboard read it):
+    the chosen profile and its figures, the runner-up, when, and on what build, models and device."""
+    rows = {c.get("name"): c for c in result.get("candidates") or ()}
+    chosen = str(result.get("chosen"))
+    row = rows.get(chosen) or {}
+    chosen_vars = dict(result.get("vars") or {})
+    runner = result.get("runner_up")
+    return {
+        "chosen": chosen, "reason": result.get("reason"),
+        "spec_type": chosen_vars.get(SPEC_TYPE), "draft_n_max": chosen_vars.get(DRAFT_N_MAX),
+        "predicted": row.get("predicted"), "measured": row.get("measured"), "speedup": row.get("measured_interval"),
+        "runner_up": runner, "runner_up_measured": (rows.get(runner) or {}).get("measured") if runner else None,
+        "best_measured": result.get("best_measured"),
+        "applied": applied.vars, "kept": applied.kept, "reused": reused,
+        "when": result.get("when"), "key": result.get("key"), "build": result.get("build"),
+        "models": result.get("models"), "device": (result.get("facts") or {}).get("device"),
+        "open": list(result.get("open") or []), "concurrency": result.get("concurrency"),
+        "candidates": [{"name": c.get("name"), "predicted": c.get("predicted"), "measured": c.get("measured"),
+                        "verdict": c.get("verdict")} for c in result.get("candidates") or ()],
+    }

@@ -1,0 +1,87 @@
+"""What a tune's result depends on, as one key: the build, the models, the device and the settings that change what
+is measured. The deploy keeps the host's last result and tunes again only when the key moves (``specops tune
+--reuse``), saying what moved."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from specops.devices import DeviceError, list_devices
+
+# the arguments that change what the tune measures or decides (not its budget, output or work dir)
+SETTINGS = ("lengths", "ngram", "no_default", "rule", "threads", "ctx_size", "max_tokens", "probe_tokens",
+            "probe_tasks", "limit_per_workload", "workloads", "top", "margin", "ceiling_depth", "synth_rates")
+
+
+def file_fact(path: Path | None) -> dict[str, Any] | None:
+    """A model file as the key sees it: where, how big, when written (the models role rewrites a file only when
+    its checksum changes)."""
+    if path is None:
+        return None
+    st = Path(path).stat()
+    return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def device_fact(server: Path, backend: str) -> str:
+    """The device the build runs on: the GPUs llama-server lists (name, model, memory) for a GPU build, the CPU's
+    model and count for a CPU build (a device that vanished reads differently, so it tunes again)."""
+    if backend == "cpu":
+        return f"cpu: {cpu_name()} x{os.cpu_count()}"
+    try:
+        devices, _ = list_devices(server)
+    except DeviceError as exc:
+        return f"{backend}: no device ({str(exc).splitlines()[0]})"
+    return f"{backend}: " + "; ".join(f"{d.name} {d.description} {d.total_mib} MiB" for d in devices)
+
+
+def facts(prefix: Path, backend: str, args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        info = json.loads((prefix / "build-info.json").read_text())
+    except (OSError, ValueError):
+        info = {}
+    settings = {k: getattr(args, k, None) for k in SETTINGS}
+    settings["synth_rates"] = list(settings["synth_rates"] or ())
+    settings["tasks"] = [hashlib.sha256(Path(p).read_bytes()).hexdigest()[:16] for p in args.tasks or ()]
+    return {"build": info.get("build_id") or str(prefix.resolve()), "target": file_fact(args.target),
+            "draft": file_fact(args.draft), "device": device_fact(prefix / "bin" / "llama-server", backend),
+            "settings": settings}
+
+
+def key(found: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(found, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What moved between an earlier result's facts and now's: 'build', 'target', 'draft', 'device', or the
+    setting's name."""
+    out = [k for k in ("build", "target", "draft", "device") if old.get(k) != new.get(k)]
+    was, now = old.get("settings") or {}, new.get("settings") or {}
+    out += [f"setting {k}" for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
+    return out
+
+
+def previous(path: Path | None) -> dict[str, Any] | None:
+    """An earlier result at ``path`` (None where there is none, or it is not a tune result)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("chosen") and data.get("key") else None

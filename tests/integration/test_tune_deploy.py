@@ -1,0 +1,127 @@
+"""The deploy's auto-tune (issue 42, item 4) on the lab host with the real llama-server and llama-bench: deploy.yml
+with ``llama_server_tune: auto`` runs ``specops tune`` on the host (specops shipped there by roles/specops_package),
+prints its table, renders its choice into the unit (or leaves the configured profile when plain decoding wins),
+keeps its result in /etc/specops/tune.json and a summary in speed-gate.json; the next deploy reuses the result
+without measuring; a result naming a draft length is rendered into the unit; an explicit draft length wins and the
+tune does not run.
+
+SmolLM2-135M drafts for itself here (as the suite's deploy profile): on a CPU that cannot pay, so the tune predicts
+both lengths below plain decoding and measures nothing (its figures must still be there). The "a choice is rendered"
+case plants a result in the host's record (the key untouched, so it is reused): a length that pays cannot be produced
+on this CPU, and what is tested there is the deploy's side.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import lab
+from tests.integration.test_deploy import PROFILE, UNIT, main_pid
+
+pytestmark = [pytest.mark.integration, pytest.mark.systemd]
+
+STATE = "/etc/specops"
+TUNE = {"llama_server_tune": "auto", "llama_server_spec_type": "draft-simple", "llama_server_tune_lengths": [2, 4],
+        "llama_server_tune_budget": 3, "llama_server_tune_max_tokens": 24, "llama_server_tune_probe_tokens": 24,
+        "llama_server_tune_limit_per_workload": 2, "llama_server_speed_gate": "off"}
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory) -> Path:
+    """The suite's deploy profile without its explicit draft length and its tune: off (an extra var would outrank
+    whatever the tune chose, so the open settings must not be given at all)."""
+    data = yaml.safe_load(PROFILE.read_text())
+    for name in ("llama_server_draft_n_max", "llama_server_tune"):
+        data.pop(name)
+    path = tmp_path_factory.mktemp("tune-profile") / "profile.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def deploy(labhost, profile: Path, extra: dict) -> lab.PlaybookRun:
+    return lab.ansible_playbook("deploy.yml", "-i", "inventory/builder.yml", "-i", str(labhost.inventory),
+                                "-e", f"@{profile}", "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}",
+                                "-e", json.dumps({**TUNE, **extra}))
+
+
+def host_json(labhost, name: str) -> dict:
+    return json.loads(labhost.run(["cat", f"{STATE}/{name}"]).stdout)
+
+
+def unit_n_max(labhost) -> int:
+    unit = labhost.run(["systemctl", "cat", UNIT]).stdout
+    m = re.search(r"--spec-draft-n-max (\d+)", unit)
+    assert m, unit
+    return int(m.group(1))
+
+
+@pytest.fixture(scope="module")
+def tuned(labhost, llama_build, profile):
+    labhost.run(["rm", "-rf", f"{STATE}/tune.json", f"{STATE}/tune-work"])
+    run = deploy(labhost, profile, {})
+    assert run.rc == 0, run.output[-6000:]
+    return run
+
+
+def test_the_deploy_tunes_on_the_host_and_renders_its_choice(tuned, labhost):
+    res = host_json(labhost, "tune.json")
+    assert {c["name"] for c in res["candidates"]} == {"exact-n2", "exact-n4"}, res["candidates"]
+    assert all(c["predicted"] is not None for c in res["candidates"]), res["candidates"]
+    assert res["key"] and res["facts"]["device"].startswith("cpu: ") and res["facts"]["build"]
+    # the table and the choice, in the deploy's output
+    assert "| exact-n2 |" in tuned.text and "| exact-n4 |" in tuned.text, tuned.text[-4000:]
+    assert re.search(r"tune \([^)]*\): ", tuned.text), tuned.text[-4000:]
+    chosen = res["chosen"]
+    assert chosen in ("plain", "exact-n2", "exact-n4")
+    # plain decoding as the answer leaves the configured profile (the CPU's default length 2) to the speed gate
+    assert unit_n_max(labhost) == (2 if chosen == "plain" else int(chosen.removeprefix("exact-n")))
+    gate = host_json(labhost, "speed-gate.json")
+    assert gate["tune"]["chosen"] == chosen and gate["tune"]["reused"] is False
+    assert gate["tune"]["key"] == res["key"] and len(gate["tune"]["candidates"]) == 2
+    assert labhost.run(["systemctl", "is-active", UNIT]).stdout.strip() == "active"
+    print(f"\nTUNED | chosen {chosen} in {res['elapsed_s']:.0f} s: "
+          + ", ".join(f"{c['name']} predicted {c['predicted']:.2f}×" for c in res["candidates"]))
+
+
+def test_the_next_deploy_reuses_the_result(tuned, labhost, profile):
+    before = host_json(labhost, "tune.json")
+    pid = main_pid(labhost)
+    run = deploy(labhost, profile, {})
+    assert run.rc == 0, run.output[-6000:]
+    assert "reused: the result of" in run.text, run.text[-4000:]
+    assert re.search(r"TASK \[llama_server : Tune - run specops tune on the host[^\]]*\] \**\s*ok:", run.output)
+    after = host_json(labhost, "tune.json")
+    assert after["key"] == before["key"] and after["when"] == before["when"]
+    assert main_pid(labhost) == pid  # nothing changed, nothing restarted
+    assert host_json(labhost, "speed-gate.json")["tune"]["reused"] is True
+
+
+def test_a_result_naming_a_length_is_rendered_into_the_unit(tuned, labhost, profile):
+    res = host_json(labhost, "tune.json")
+    res["chosen"] = "exact-n4"
+    res["vars"] = {"llama_server_spec_type": "draft-simple", "llama_server_draft_n_max": 4}
+    for c in res["candidates"]:
+        if c["name"] == "exact-n4":
+            c["measured"] = "1.30× [1.20, 1.40]"
+    labhost.run(["sh", "-c", f"cat > {STATE}/tune.json"], input=json.dumps(res))
+    run = deploy(labhost, profile, {})
+    assert run.rc == 0, run.output[-6000:]
+    assert "reused: the result of" in run.text
+    assert "exact-n4 (measured 1.30× [1.20, 1.40]): llama_server_draft_n_max=4" in run.text, run.text[-4000:]
+    assert unit_n_max(labhost) == 4
+    gate = host_json(labhost, "speed-gate.json")
+    assert gate["tune"]["applied"] == {"llama_server_draft_n_max": 4} and gate["tune"]["draft_n_max"] == 4
+
+
+def test_an_explicit_draft_length_wins_and_the_tune_does_not_run(tuned, labhost, profile):
+    run = deploy(labhost, profile, {"llama_server_draft_n_max": 3})
+    assert run.rc == 0, run.output[-6000:]
+    assert ("tune: explicit settings win: llama_server_spec_type=draft-simple and llama_server_draft_n_max=3"
+            in run.text), run.text[-4000:]
+    assert unit_n_max(labhost) == 3
+    assert "tune" not in host_json(labhost, "speed-gate.json")

@@ -1,0 +1,156 @@
+"""The deploy's auto-tune, apart from any host: what it may choose from the role's settings (explicit settings win),
+what of its result the deploy takes, the summary the speed gate's record keeps, and when a host's last result is
+stale (specops.tune.deploy, specops.tune.record, the role's filters)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from specops.tune import deploy, record
+from tests.unit.by_path import load
+
+_KNOBS = load("plugins/filter/specops.py", "specops_filters_tune_deploy")
+_TUNE = load("plugins/filter/tune.py", "specops_filters_tune")
+specops_knob_profile, specops_knob_vars = _KNOBS.specops_knob_profile, _KNOBS.specops_knob_vars
+specops_tune_apply, specops_tune_scope = _TUNE.specops_tune_apply, _TUNE.specops_tune_scope
+specops_tune_summary = _TUNE.specops_tune_summary
+
+LENGTHS = [2, 4, 8, 12, 16]
+
+
+def test_off_does_not_tune():
+    s = deploy.scope("off", "auto", None, True, LENGTHS)
+    assert not s.run and "llama_server_tune is off" in s.why
+
+
+def test_everything_open_tunes_lengths_and_kinds():
+    s = deploy.scope("auto", "auto", None, True, LENGTHS)
+    assert s.run and s.draft and s.args == ("--lengths", "2,4,8,12,16")
+    assert "draft length among 2,4,8,12,16" in s.why and "n-gram types" in s.why
+
+
+def test_an_explicit_length_is_the_only_length_and_the_kind_stays_open():
+    s = deploy.scope("auto", "auto", 6, True, LENGTHS)
+    assert s.run and s.args == ("--lengths", "6") and "draft length 6 (set)" in s.why
+
+
+def test_an_explicit_draft_simple_tunes_lengths_only():
+    s = deploy.scope("auto", "draft-simple", None, True, LENGTHS)
+    assert s.run and s.args == ("--lengths", "2,4,8,12,16", "--ngram", "", "--no-default")
+    assert "n-gram" not in s.why
+
+
+def test_no_draft_model_tunes_the_kinds_without_one():
+    s = deploy.scope("auto", "auto", None, False, LENGTHS)
+    assert s.run and not s.draft and s.args == ()
+
+
+@pytest.mark.parametrize(("spec_type", "n_max", "words"), [
+    ("draft-simple", 4, "explicit settings win: llama_server_spec_type=draft-simple and llama_server_draft_n_max=4"),
+    ("ngram-mod", None, "explicit settings win: llama_server_spec_type=ngram-mod is set"),
+    ("draft-mtp", None, "explicit settings win: llama_server_spec_type=draft-mtp is set"),
+])
+def test_explicit_settings_win(spec_type, n_max, words):
+    s = deploy.scope("auto", spec_type, n_max, True, LENGTHS)
+    assert not s.run and words in s.why
+
+
+def test_draft_simple_without_a_draft_has_nothing_to_tune():
+    s = deploy.scope("auto", "draft-simple", None, False, LENGTHS)
+    assert not s.run and "needs a draft model" in s.why
+
+
+def _result(chosen: str, vars_: dict, measured: str | None = "1.21× [1.10, 1.30]") -> dict:
+    return {"chosen": chosen, "reason": "r", "runner_up": "exact-n2", "when": "2026-11-27T06:00:00+0000",
+            "vars": vars_, "key": "k", "facts": {"device": "cpu: X x2"}, "open": [],
+            "candidates": [{"name": chosen, "predicted": 1.3, "measured": measured, "verdict": "chosen",
+                            "measured_interval": {"estimate": 1.21, "low": 1.1, "high": 1.3, "n": 12}},
+                           {"name": "exact-n2", "predicted": 1.1, "measured": "1.05× [1.01, 1.09]",
+                            "verdict": "runner-up"}]}
+
+
+def test_apply_sets_only_what_was_left_open():
+    res = _result("exact-n8", {"llama_server_spec_type": "draft-simple", "llama_server_draft_n_max": 8})
+    a = deploy.apply(res, "auto", None)
+    assert a.vars == {"llama_server_spec_type": "draft-simple", "llama_server_draft_n_max": 8} and not a.kept
+    assert "exact-n8 (measured 1.21× [1.10, 1.30])" in a.message
+    # an explicit value is kept and said
+    ng = _result("exact-ngram-mod", {"llama_server_spec_type": "ngram-mod", "llama_server_draft_n_max": 64})
+    a = deploy.apply(ng, "auto", 4)
+    assert a.vars == {"llama_server_spec_type": "ngram-mod"} and a.kept == {"llama_server_draft_n_max": 4}
+    assert "explicit settings win: llama_server_draft_n_max=4 kept" in a.message
+
+
+def test_apply_plain_sets_nothing_and_leaves_the_profile_to_the_speed_gate():
+    a = deploy.apply(_result("plain", {"llama_server_spec_type": "none"}, None), "auto", None)
+    assert a.vars == {} and "the speed gate judges it" in a.message
+
+
+def test_apply_refuses_a_record_without_a_choice():
+    with pytest.raises(ValueError, match="names no choice"):
+        deploy.apply({"vars": {}}, "auto", None)
+
+
+def test_the_filters_and_the_summary():
+    res = _result("exact-n8", {"llama_server_spec_type": "draft-simple", "llama_server_draft_n_max": 8})
+    assert specops_tune_scope("auto", "auto", None, True, LENGTHS)["run"] is True
+    applied = specops_tune_apply(json.dumps(res), "auto", None)
+    summary = specops_tune_summary(res, applied, True)
+    assert summary["chosen"] == "exact-n8" and summary["draft_n_max"] == 8 and summary["reused"] is True
+    assert summary["speedup"]["estimate"] == 1.21 and summary["runner_up_measured"] == "1.05× [1.01, 1.09]"
+    assert summary["device"] == "cpu: X x2" and summary["applied"] == applied["vars"]
+    assert [c["name"] for c in summary["candidates"]] == ["exact-n8", "exact-n2"]
+
+
+def test_the_knob_profile_takes_the_tunes_choice_over_the_role_values():
+    names = specops_knob_vars(None)
+    values = [None] * len(names)
+    values[names.index("llama_server_spec_type")] = "auto"
+    plain = specops_knob_profile(values, "cpu")
+    assert plain["draft_n_max"] == 2  # the CPU default where the inventory left it open
+    tuned = specops_knob_profile(values, "cpu", {"llama_server_draft_n_max": 8,
+                                                 "llama_server_spec_type": "draft-simple"})
+    assert tuned["draft_n_max"] == 8 and tuned["spec_type"] == "draft-simple"
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="no setting"):
+        specops_knob_profile(values, "cpu", {"llama_server_bogus": 1})
+
+
+def _args(tmp_path: Path, **kw) -> argparse.Namespace:
+    target = tmp_path / "t.gguf"
+    if not target.exists():
+        target.write_bytes(b"x" * 10)
+    base = {k: None for k in record.SETTINGS} | {"synth_rates": (), "tasks": None, "target": target, "draft": None,
+                                                  "lengths": "2,4"}
+    return argparse.Namespace(**(base | kw))
+
+
+def test_the_key_moves_with_what_the_result_depends_on(tmp_path: Path):
+    prefix = tmp_path / "llama"
+    prefix.mkdir()
+    (prefix / "build-info.json").write_text(json.dumps({"build_id": "b1", "backend": "cpu"}))
+    first = record.facts(prefix, "cpu", _args(tmp_path))
+    assert record.key(first) == record.key(record.facts(prefix, "cpu", _args(tmp_path)))
+    assert record.changed(first, first) == []
+    assert record.changed(first, record.facts(prefix, "cpu", _args(tmp_path, lengths="2,8"))) == ["setting lengths"]
+    (prefix / "build-info.json").write_text(json.dumps({"build_id": "b2", "backend": "cpu"}))
+    rebuilt = record.facts(prefix, "cpu", _args(tmp_path))
+    assert record.changed(first, rebuilt) == ["build"] and record.key(first) != record.key(rebuilt)
+    (tmp_path / "t.gguf").write_bytes(b"y" * 11)  # a new target file
+    assert "target" in record.changed(first, record.facts(prefix, "cpu", _args(tmp_path)))
+    assert first["device"].startswith("cpu: ")
+
+
+def test_previous_reads_only_a_tune_result(tmp_path: Path):
+    p = tmp_path / "tune.json"
+    assert record.previous(p) is None
+    p.write_text("{not json")
+    assert record.previous(p) is None
+    p.write_text(json.dumps({"chosen": "plain"}))
+    assert record.previous(p) is None  # no key: an older result, tuned again
+    p.write_text(json.dumps({"chosen": "plain", "key": "abc"}))
+    assert record.previous(p) == {"chosen": "plain", "key": "abc"}
