@@ -117,6 +117,10 @@ class ModelShape:
     sliding_window: int | None
     input_bytes: int = 0  # the input embedding (host RAM when offloaded)
     tied: bool = False  # no output matrix: the embedding is copied to the GPU as the output layer
+    n_nextn: int = 0  # MTP layers after the trunk (<arch>.nextn_predict_layers)
+    recurrent: tuple[bool, ...] = ()  # per layer: a recurrent (linear-attention) layer, which keeps no KV
+    n_embd_r: int = 0  # a recurrent layer's conv state per sequence (floats)
+    n_embd_s: int = 0  # a recurrent layer's SSM state per sequence (floats)
 
     @classmethod
     def of(cls, info: GGUFInfo) -> ModelShape:
@@ -145,17 +149,35 @@ class ModelShape:
             context_length=int(info.arch_get("context_length", 0) or 0), weights=info.tensor_bytes,
             sliding_window=info.arch_get("attention.sliding_window"),
             input_bytes=sum(t.n_bytes for t in info.tensors if t.name == INPUT_EMBEDDING),
-            tied=not any(t.name == OUTPUT for t in info.tensors),
+            tied=not any(t.name == OUTPUT for t in info.tensors), **_hybrid(info, int(n_layer)),
         )
+
+    @property
+    def n_trunk(self) -> int:
+        """The layers the target's own context runs: all but the MTP layers (llama.cpp keeps every layer where
+        the model is MTP layers alone)."""
+        return self.n_layer - self.n_nextn if 0 < self.n_nextn < self.n_layer else self.n_layer
+
+    def kv_layers(self, mtp: bool = False) -> list[int]:
+        """The layers with a KV cache: in the target's context its trunk's attention layers; in an MTP context
+        (``--spec-type draft-mtp``) the MTP layers alone (llama_model::create_memory's layer filters)."""
+        if mtp:
+            return list(range(self.n_trunk, self.n_layer))
+        return [il for il in range(self.n_trunk) if not (il < len(self.recurrent) and self.recurrent[il])]
+
+    def recurrent_bytes(self, rows: int) -> int:
+        """The recurrent layers' states (f32): ``rows`` = sequences × (1 + rollback snapshots)."""
+        return 4 * sum(self.recurrent) * rows * (self.n_embd_r + self.n_embd_s)
 
     def gpu_weights(self) -> int:
         """Weight bytes on the GPU with every layer offloaded: all but the input embedding, which llama.cpp
         keeps in host RAM; with tied embeddings it is also the output layer, so a copy lives on the GPU."""
         return self.weights if self.tied else self.weights - self.input_bytes
 
-    def kv_bytes(self, cells: int, type_k: str, type_v: str) -> int:
+    def kv_bytes(self, cells: int, type_k: str, type_v: str, layers: list[int] | None = None) -> int:
         bk, bv = cache_type_bytes(type_k), cache_type_bytes(type_v)
-        per_cell = sum(h * self.key_length * bk + h * self.value_length * bv for h in self.n_head_kv)
+        heads = [self.n_head_kv[il] for il in (self.kv_layers() if layers is None else layers)]
+        per_cell = sum(h * self.key_length * bk + h * self.value_length * bv for h in heads)
         return int(cells * per_cell)
 
     def compute_bytes(self, cells: int, n_ubatch: int, flash_attn: bool) -> int:
@@ -163,6 +185,34 @@ class ModelShape:
         mask = 2 * n_ubatch * cells
         scores = 0 if flash_attn else 4 * n_ubatch * cells * self.n_head
         return act + mask + scores
+
+
+# Gated-DeltaNet hybrids: every full_attention_interval-th trunk layer attends (keeps KV), the others are recurrent
+# (src/models/qwen35.cpp, qwen35moe.cpp, qwen3next.cpp at 0c1e57098: attention.recurrent_layers when the file has it)
+HYBRID_ARCHS = ("qwen35", "qwen35moe", "qwen3next")
+# spec types whose target context keeps draft_n_max recurrent-state snapshots per sequence for rollback
+# (common_params_speculative::need_n_rs_seq)
+ROLLBACK_TYPES = ("draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
+
+
+def _hybrid(info: GGUFInfo, n_layer: int) -> dict[str, Any]:
+    """The MTP layer count and, for a hybrid architecture, which layers are recurrent and their state sizes."""
+    n_nextn = int(info.arch_get("nextn_predict_layers", 0) or 0)
+    out: dict[str, Any] = {"n_nextn": n_nextn}
+    if info.arch not in HYBRID_ARCHS:
+        return out
+    trunk = n_layer - n_nextn if 0 < n_nextn < n_layer else n_layer
+    flags = info.array(f"{info.arch}.attention.recurrent_layers")
+    if flags is not None and len(flags) == n_layer:
+        out["recurrent"] = tuple(bool(f) for f in flags)
+    else:
+        every = int(info.arch_get("full_attention_interval", 4) or 4)
+        out["recurrent"] = tuple(il < trunk and (il + 1) % every != 0 for il in range(n_layer))
+    d_conv, d_inner = int(info.arch_get("ssm.conv_kernel", 0) or 0), int(info.arch_get("ssm.inner_size", 0) or 0)
+    d_state, n_group = int(info.arch_get("ssm.state_size", 0) or 0), int(info.arch_get("ssm.group_count", 0) or 0)
+    out["n_embd_r"] = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
+    out["n_embd_s"] = d_state * d_inner
+    return out
 
 
 def deployed(name: str, backend: str | None = None) -> Any:
@@ -192,6 +242,7 @@ class FitParams:
     ubatch_size: int = unset("ubatch_size")
     flash_attn: bool = unset("flash_attn") != "off"
     draft_n_max: int = unset("draft_n_max")
+    spec_type: str = deployed("spec_type")
     margin: str = DEFAULT_MARGIN
     cache_ram_mib: int = 0  # host RAM the prompt cache may fill (counted against host RAM only)
 
@@ -409,6 +460,36 @@ def measure_memory(backend: str, basis: str = "available", *, memory_mib: float 
     return Memory("host RAM", int(avail), int(vm.total), f"psutil ({basis})")
 
 
+def _kv_item(component: str, s: ModelShape, cells: int, tk: str, tv: str, layers: list[int]) -> Item:
+    kv = [s.n_head_kv[il] for il in layers] or [0]
+    heads = kv[0] if len(set(kv)) == 1 else f"{min(kv)}..{max(kv)}"
+    return Item(component, s.kv_bytes(cells, tk, tv, layers),
+                f"{len(layers)} layers × {cells} cells × {heads} kv heads × "
+                f"({s.key_length}×{tk} + {s.value_length}×{tv})")
+
+
+def _kind_items(tshape: ModelShape, dshape: ModelShape | None, params: FitParams, cells: int) -> list[Item]:
+    """What a kind of speculation adds beside the models' own KV: a hybrid target's recurrent states (with
+    draft_n_max rollback snapshots each for MTP-like types), and draft-mtp's second context on the target (KV for
+    the MTP layers, its compute buffer and outputs)."""
+    members = {m.strip() for m in str(params.spec_type or "").split(",")}
+    out: list[Item] = []
+    if any(tshape.recurrent):
+        snaps = params.draft_n_max if members & set(ROLLBACK_TYPES) else 0
+        rows = max(1, params.parallel) * (1 + snaps)
+        out.append(Item("target recurrent state", tshape.recurrent_bytes(rows),
+                        f"{sum(tshape.recurrent)} recurrent layers × {max(1, params.parallel)} sequences × "
+                        f"(1 + {snaps} rollback snapshots) × ({tshape.n_embd_r} + {tshape.n_embd_s}) × f32"))
+    if "draft-mtp" in members and dshape is None and tshape.n_nextn > 0:
+        out.append(_kv_item("MTP KV cache", tshape, cells, params.cache_type_k, params.cache_type_v,
+                            tshape.kv_layers(mtp=True)))
+        out.append(Item("MTP compute", tshape.compute_bytes(cells, params.ubatch_size, params.flash_attn),
+                        "the MTP context's own compute buffer (estimate, as the target's)"))
+        out.append(Item("MTP output buffers", tshape.n_vocab * 4 * max(1, params.parallel),
+                        "logits rows × n_vocab × 4 B"))
+    return out
+
+
 def estimate(target: str | Path, draft: str | Path | None, params: FitParams, memory: Memory) -> FitReport:
     for t in (params.cache_type_k, params.cache_type_v, params.draft_cache_type_k, params.draft_cache_type_v):
         cache_type_bytes(t)
@@ -422,7 +503,10 @@ def estimate(target: str | Path, draft: str | Path | None, params: FitParams, me
     cells = kv_cells(n_ctx, params.parallel, params.kv_unified)
     items: list[Item] = []
     notes: list[str] = []
-    target_rows = params.parallel * (params.draft_n_max + 1) if dshape else params.parallel
+    # the target verifies draft_n_max + 1 rows per slot whenever something drafts (a draft model, MTP, n-gram types)
+    drafting = dshape is not None or bool({m.strip() for m in str(params.spec_type or "").split(",")}
+                                          - {"", "none", "auto"})
+    target_rows = params.parallel * (params.draft_n_max + 1) if drafting else params.parallel
     roles: list[tuple[str, ModelShape, str, str, int]] = [
         ("target", tshape, params.cache_type_k, params.cache_type_v, target_rows)]
     if dshape is not None:
@@ -435,13 +519,11 @@ def estimate(target: str | Path, draft: str | Path | None, params: FitParams, me
         else:
             items.append(Item(f"{role} weights", s.weights, Path(s.path).name))
     for role, s, tk, tv, _outputs in roles:
-        heads = s.n_head_kv[0] if len(set(s.n_head_kv)) == 1 else f"{min(s.n_head_kv)}..{max(s.n_head_kv)}"
-        items.append(Item(f"{role} KV cache", s.kv_bytes(cells, tk, tv),
-                          f"{s.n_layer} layers × {cells} cells × {heads} kv heads × "
-                          f"({s.key_length}×{tk} + {s.value_length}×{tv})"))
+        items.append(_kv_item(f"{role} KV cache", s, cells, tk, tv, s.kv_layers()))
         if s.sliding_window:
             notes.append(f"{role} has sliding-window layers (window {s.sliding_window}); its KV is "
                          "counted at full size, an upper bound")
+    items += _kind_items(tshape, dshape, params, cells)
     for role, s, _tk, _tv, _outputs in roles:
         items.append(Item(f"{role} compute", s.compute_bytes(cells, params.ubatch_size, params.flash_attn),
                           f"ubatch {params.ubatch_size}, flash attention {'on' if params.flash_attn else 'off'} "

@@ -161,7 +161,7 @@ KNOBS: tuple[Knob, ...] = (
          "(llama.cpp's own) or a speculative type, or a comma-separated list of them (draft-mtp,ngram-mod); "
          "n-gram types and draft-mtp load no draft model", ("--spec-type",), legacy=(),
          value_flags=(("default", "--spec-default"),), default="auto", llama_default="none",
-         choices=SPEC_TYPES, listed=True, bench=True, profile_default="auto"),
+         choices=SPEC_TYPES, listed=True, bench=True, profile_default="auto", fit=True),
     # CPU 2: byte-identical output and the cheapest verification on a 2-core CPU (reports/speculative_benchmark.md);
     # CUDA 16: a verification batch costs ~2 steps from 8 to 17 tokens on an H100, the 14B target paid 1.39x at 16
     # against 1.13x at 8 and 0.95x at 2 (reports/gpu-h100.md). Other GPU backends are not measured yet: the CPU's.

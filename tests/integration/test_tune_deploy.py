@@ -125,3 +125,22 @@ def test_an_explicit_draft_length_wins_and_the_tune_does_not_run(tuned, labhost,
             in run.text), run.text[-4000:]
     assert unit_n_max(labhost) == 3
     assert "tune" not in host_json(labhost, "speed-gate.json")
+
+
+def test_a_tune_beside_traffic_is_unproven_and_the_last_choice_stays(tuned, labhost, profile):
+    """The service serves a client throughout: specops tune (forced by llama_server_tune_refresh) watches its /slots,
+    sees the traffic and refuses to choose from those figures (exit 3); the host's record stays as it was and its
+    choice (the planted exact-n4 above) is what the unit runs."""
+    before = host_json(labhost, "tune.json")
+    assert before["chosen"] == "exact-n4"  # left by test_a_result_naming_a_length_is_rendered_into_the_unit
+    with lab.Stream(labhost, tokens=64) as stream:
+        run = deploy(labhost, profile, {"llama_server_tune_refresh": True, "llama_server_speed_gate_idle_timeout": 5})
+        served = len(stream.records)
+    assert run.rc == 0, run.output[-6000:]
+    assert "unproven: the service at http://127.0.0.1:8080" in run.text, run.text[-4000:]
+    assert "WARNING: the tune is unproven" in run.output and "The host's last tuned choice stays" in run.text
+    after = host_json(labhost, "tune.json")
+    assert after["when"] == before["when"] and after["key"] == before["key"]
+    assert unit_n_max(labhost) == 4
+    assert host_json(labhost, "speed-gate.json")["tune"]["chosen"] == "exact-n4"
+    print(f"\nBUSY | the client got {served} answers during the deploy; the tune was unproven, exact-n4 stays")

@@ -194,3 +194,30 @@ def test_prompt_cache_counts_against_host_ram_only(model: Path) -> None:
     assert estimate(model, None, FitParams(cache_ram_mib=1024), gpu).needed == estimate(
         model, None, FitParams(), gpu).needed
     assert any("unbounded" in n for n in estimate(model, None, FitParams(cache_ram_mib=-1), BIG).notes)
+
+
+def test_a_hybrid_mtp_target_counts_what_llama_cpp_allocates_per_kind(tmp_path: Path) -> None:
+    """The tiny qwen35 (tests/tiny_mtp.py: 2 trunk layers, Gated DeltaNet then attention, 1 MTP layer): only the
+    trunk's attention layer keeps KV in the target's context, the MTP layer's KV lives in draft-mtp's own context,
+    and the recurrent layer's states carry draft_n_max rollback snapshots under draft-mtp (the sizes llama.cpp
+    0c1e57098 reports for this file: tests/integration/test_fit_real.py)."""
+    from tests import tiny_mtp
+
+    path = tiny_mtp.write(tmp_path / "tiny.gguf")
+    shape = ModelShape.of(read(path))
+    assert shape.n_nextn == 1 and shape.recurrent == (True, False, False)
+    assert shape.kv_layers() == [1] and shape.kv_layers(mtp=True) == [2]
+    assert (shape.n_embd_r, shape.n_embd_s) == (3 * (256 + 2 * 2 * 128), 128 * 256)
+    big = Memory("host RAM", 1 << 40, 1 << 40, "test")
+    mib = lambda r, c: next((i.bytes for i in r.items if i.component == c), None)  # noqa: E731
+    plain = estimate(path, None, FitParams(ctx_size=4096, spec_type="none", draft_n_max=3), big)
+    assert mib(plain, "target KV cache") == 4096 * 2 * 128 * 4  # one attention layer, f16 K and V
+    assert mib(plain, "target recurrent state") == 4 * 1 * (2304 + 32768)  # one sequence, no snapshot
+    assert mib(plain, "MTP KV cache") is None
+    mtp = estimate(path, None, FitParams(ctx_size=4096, spec_type="draft-mtp", draft_n_max=3), big)
+    assert mib(mtp, "MTP KV cache") == 4096 * 2 * 128 * 4
+    assert mib(mtp, "target recurrent state") == 4 * (1 + 3) * (2304 + 32768)
+    assert mib(mtp, "MTP compute") and mib(mtp, "MTP output buffers")
+    assert mtp.needed > plain.needed
+    ngram = estimate(path, None, FitParams(ctx_size=4096, spec_type="draft-mtp,ngram-mod", draft_n_max=3), big)
+    assert ngram.needed == mtp.needed

@@ -88,6 +88,18 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, or None where matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plots(
     results: Mapping[str, Mapping[str, ArmWorkload]],
     arms: Sequence[str],
@@ -96,10 +108,11 @@ def plots(
     arm_ceilings: Mapping[str, Mapping[str, Any]],
     out_dir: Path,
 ) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """The report's PNG plots; none where matplotlib is not installed (the tune on a deployed host measures with
+    the bench but ships without it: its result is the JSON, not the pictures)."""
+    plt = _pyplot()
+    if plt is None:
+        return []
 
     out_dir.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []

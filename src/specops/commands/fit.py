@@ -56,8 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             p.add_argument(*options(k), dest=k.name, action="store_true", default=None, help=text)
         else:
             p.add_argument(*options(k), dest=k.name, type=int if k.type == "int" else str,
-                           choices=k.choices or None, metavar="N" if k.type == "int" else k.type.upper(),
-                           help=text + (f"; one of {', '.join(k.choices)}" if k.choices else ""))
+                           choices=None if k.listed else k.choices or None,
+                           metavar="N" if k.type == "int" else k.type.upper(),
+                           help=text + (f"; {'each member' if k.listed else 'one'} of {', '.join(k.choices)}"
+                                        if k.choices else ""))
     p.add_argument("--backend", default="cpu",
                    help="cpu (host RAM), cuda (nvidia-smi), rocm/hip (rocm-smi), vulkan/metal/... (host RAM "
                         "unless --memory-mib); default cpu")

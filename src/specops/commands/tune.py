@@ -37,7 +37,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
-from specops.tune import decide, probes, record
+from specops.tune import decide, probes, quiet, record
 
 NAME = "tune"
 HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
@@ -50,6 +50,7 @@ MAX_DRIFT = 0.15  # the plain server's speed may move this much between the firs
 # (reports/gpu-h200-tune.md)
 CPU_CEILING_REPS = 2
 GPU_CEILING_REPS = 5
+REPORT_RESERVE_S = 20  # seconds of --budget kept for the measurement's report and the result (a 6 min tune ran 6:11)
 STEP_SLACK = 1.1  # llama-bench's step may exceed the plain server's per-token time by this much (noise)
 
 
@@ -101,6 +102,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "specops bench --synth-rates); needs --rule fastest")
     p.add_argument("--work-dir", type=Path, help="where servers' logs and results go (default: the cache)")
     p.add_argument("--out", type=Path, help="write the result JSON here too")
+    p.add_argument("--service-url", metavar="URL",
+                   help="a live llama-server on this host (the deploy's service): the tune waits up to "
+                        "--idle-timeout for its slots to be idle, watches its /slots throughout, and calls the result "
+                        "unproven (exit 3, --out untouched) when it served a request meanwhile")
+    p.add_argument("--api-key-file", type=Path, help="the service's API key file (its first line), for /slots")
+    p.add_argument("--idle-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="how long to wait for the service of --service-url to be idle (default 120)")
     p.add_argument("--reuse", type=Path, metavar="FILE",
                    help="an earlier result: when the build, the models, the device and the settings that matter are "
                         "the same as its own, print it and measure nothing (the deploy's auto-tune); else tune and "
@@ -307,7 +315,7 @@ def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
 
 def _measure(s: Setup, args: argparse.Namespace, chosen: list[str]) -> dict[str, Any] | None:
     """The shortlist side by side with plain decoding: the bench's paired design, A/A check and identity rule."""
-    minutes = s.left() / 60
+    minutes = (s.left() - REPORT_RESERVE_S) / 60  # the bench's own report and the result fit inside the budget
     if minutes < 0.5:
         s.open.append(f"{', '.join(chosen)}: not measured (budget spent before the measurement)")
         return None
@@ -443,22 +451,20 @@ def _reused(s: Setup, args: argparse.Namespace) -> bool:
     return False
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        s = _setup(args)
-        if args.reuse and _reused(s, args):
-            return 0
-        s.progress.note(f"tune: {len(s.names)} candidates ({', '.join(s.names)}), budget {args.budget:g} min; "
-                        f"work in {s.work}")
-        costs, ceiling_data = _ceiling(s, args)
-        s.store.save_json("ceiling.json", ceiling_data)
-        t = s.phase("ceiling", s.started)
-        found = _run_probes(s, args.draft is not None)
-        t = s.phase("probes", t)
-        over, preds = _predict(s, costs, found, args.draft is not None)
-    except TuneError as exc:
-        _err(str(exc))
-        return 2
+UNPROVEN = 3  # exit status: the live service was busy (before or during the tune); nothing was chosen or written
+
+
+def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
+    """Ceiling, probes, predictions, the side-by-side measurement and the choice: the result (TuneError for what
+    stops it before a choice can be made)."""
+    s.progress.note(f"tune: {len(s.names)} candidates ({', '.join(s.names)}), budget {args.budget:g} min; "
+                    f"work in {s.work}")
+    costs, ceiling_data = _ceiling(s, args)
+    s.store.save_json("ceiling.json", ceiling_data)
+    t = s.phase("ceiling", s.started)
+    found = _run_probes(s, args.draft is not None)
+    t = s.phase("probes", t)
+    over, preds = _predict(s, costs, found, args.draft is not None)
     shortlisted, dropped = decide.shortlist(preds, args.top, args.margin)
     compared = [p.name for p in preds if args.measure_all and p.predicted is not None and p.name not in shortlisted]
     bench = None
@@ -471,12 +477,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         choice = decide.Choice(decide.PLAIN, None, "no candidate is predicted to beat plain decoding by "
                                f"{args.margin:.0%}: plain decoding, nothing measured", {})
-    result = _result(s, args, over, preds, shortlisted, dropped, measured, choice, bench, found)
-    text = json.dumps(result, indent=1, default=str)
-    s.store.root.mkdir(parents=True, exist_ok=True)
-    (s.work / "tune.json").write_text(text)
-    if args.out:
-        args.out.write_text(text)
+    return _result(s, args, over, preds, shortlisted, dropped, measured, choice, bench, found)
+
+
+def _print(result: dict[str, Any], s: Setup, args: argparse.Namespace) -> None:
     print(table(result))
     print(f"\nchosen: {result['chosen']} — {result['reason']}")
     if result["runner_up"]:
@@ -490,4 +494,44 @@ def run(args: argparse.Namespace) -> int:
         print(f"  still open: {line}")
     print(f"variables: {json.dumps(result['vars'])}\nresult: {s.work / 'tune.json'} "
           f"({result['elapsed_s']:.0f} s of {args.budget:g} min)")
+
+
+def _watched(s: Setup, args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
+    """The tune, beside the live service of --service-url when given: waits (bounded) for it to be idle and
+    watches it throughout. Returns (result, why unproven: '' when the figures stand)."""
+    if not args.service_url:
+        return _tune(s, args), ""
+    key = quiet.read_key(args.api_key_file)
+    idle, waited = quiet.wait_idle(args.service_url, key, args.idle_timeout)
+    if not idle:
+        return None, (f"the service at {args.service_url} stayed busy for {waited:.0f} s "
+                      f"(--idle-timeout {args.idle_timeout:g}): not tuned beside its traffic")
+    with quiet.Watch(args.service_url, key) as watch:
+        result = _tune(s, args)
+    if watch.blind_note():
+        s.open.append(watch.blind_note())
+        result["open"] = s.open
+    return result, watch.contended()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        s = _setup(args)
+        if args.reuse and _reused(s, args):
+            return 0
+        result, unproven = _watched(s, args)
+    except TuneError as exc:
+        _err(str(exc))
+        return 2
+    s.store.root.mkdir(parents=True, exist_ok=True)
+    if result is not None:
+        result["unproven"] = unproven or None
+        text = json.dumps(result, indent=1, default=str)
+        (s.work / "tune.json").write_text(text)
+        if args.out and not unproven:  # an unproven result never replaces the host's record
+            args.out.write_text(text)
+        _print(result, s, args)
+    if unproven:
+        print(f"unproven: {unproven}; no choice was made and {args.out or 'no record'} was left as it was")
+        return UNPROVEN
     return 0
