@@ -44,7 +44,18 @@ def specops_mtp_problems(target: Any, spec_type: Any) -> list[str]:
         raise AnsibleFilterError(f"cannot read the target's GGUF header for the draft-mtp check: {exc}") from exc
 
 
+def specops_eagle3_problems(target: Any, spec_type: Any, draft: Any) -> list[str]:
+    """``target``, ``draft``: controller paths ("" = not read: a file installed some other way, or no draft)."""
+    if not target or not draft:
+        return []
+    try:
+        return room.eagle3_problems(str(spec_type or ""), str(target), str(draft))
+    except (OSError, ValueError) as exc:
+        raise AnsibleFilterError(f"cannot read a model's GGUF header for the draft-eagle3 check: {exc}") from exc
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {"specops_disk_problems": specops_disk_problems, "specops_build_estimate": specops_build_estimate,
-                "specops_context_problems": specops_context_problems, "specops_mtp_problems": specops_mtp_problems}
+                "specops_context_problems": specops_context_problems, "specops_mtp_problems": specops_mtp_problems,
+                "specops_eagle3_problems": specops_eagle3_problems}

@@ -117,6 +117,7 @@ class ModelShape:
     sliding_window: int | None
     input_bytes: int = 0  # the input embedding (host RAM when offloaded)
     tied: bool = False  # no output matrix: the embedding is copied to the GPU as the output layer
+    arch: str = ""
     n_nextn: int = 0  # MTP layers after the trunk (<arch>.nextn_predict_layers)
     recurrent: tuple[bool, ...] = ()  # per layer: a recurrent (linear-attention) layer, which keeps no KV
     n_embd_r: int = 0  # a recurrent layer's conv state per sequence (floats)
@@ -149,7 +150,7 @@ class ModelShape:
             context_length=int(info.arch_get("context_length", 0) or 0), weights=info.tensor_bytes,
             sliding_window=info.arch_get("attention.sliding_window"),
             input_bytes=sum(t.n_bytes for t in info.tensors if t.name == INPUT_EMBEDDING),
-            tied=not any(t.name == OUTPUT for t in info.tensors), **_hybrid(info, int(n_layer)),
+            tied=not any(t.name == OUTPUT for t in info.tensors), arch=str(info.arch), **_hybrid(info, int(n_layer)),
         )
 
     @property
@@ -190,6 +191,7 @@ class ModelShape:
 # Gated-DeltaNet hybrids: every full_attention_interval-th trunk layer attends (keeps KV), the others are recurrent
 # (src/models/qwen35.cpp, qwen35moe.cpp, qwen3next.cpp at 0c1e57098: attention.recurrent_layers when the file has it)
 HYBRID_ARCHS = ("qwen35", "qwen35moe", "qwen3next")
+EAGLE3_ARCH = "eagle3"  # an EAGLE-3 draft: one decoder layer over the target's hidden states (src/models/eagle3.cpp)
 # spec types whose target context keeps draft_n_max recurrent-state snapshots per sequence for rollback
 # (common_params_speculative::need_n_rs_seq)
 ROLLBACK_TYPES = ("draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
@@ -480,6 +482,10 @@ def _kind_items(tshape: ModelShape, dshape: ModelShape | None, params: FitParams
         out.append(Item("target recurrent state", tshape.recurrent_bytes(rows),
                         f"{sum(tshape.recurrent)} recurrent layers × {max(1, params.parallel)} sequences × "
                         f"(1 + {snaps} rollback snapshots) × ({tshape.n_embd_r} + {tshape.n_embd_s}) × f32"))
+    if dshape is not None and dshape.arch == EAGLE3_ARCH:
+        out.append(Item("draft logits (EAGLE-3)", 2 * dshape.n_vocab * params.ubatch_size * 4,
+                        f"its compute buffer holds logits for a whole ubatch: 2 × {dshape.n_vocab} vocab × "
+                        f"{params.ubatch_size} tokens × 4 B (llama.cpp reports it with the draft's compute)"))
     if "draft-mtp" in members and dshape is None and tshape.n_nextn > 0:
         out.append(_kv_item("MTP KV cache", tshape, cells, params.cache_type_k, params.cache_type_v,
                             tshape.kv_layers(mtp=True)))

@@ -122,3 +122,56 @@ def mtp_problems(spec_type: str, target: str | Path) -> list[str]:
             f"the target {Path(target).name} ({info.arch}) has {has} in its GGUF header; deploy a target converted "
             f"with its MTP layers (e.g. qwen35, glm4-moe, deepseek2) or set {SPEC_TYPE_VAR} to a type without "
             "draft-mtp (an n-gram type such as ngram-mod, or draft-simple with specops_models_draft)"]
+
+
+EAGLE3_TYPE = "draft-eagle3"
+EAGLE3_ARCH = "eagle3"
+
+
+def eagle3_problems(spec_type: str, target: str | Path, draft: str | Path) -> list[str]:
+    """One line each, before anything changes: draft-eagle3 with a draft that is no EAGLE-3 model, or one trained for
+    another target (its ``eagle3.target_hidden_size`` is not the target's hidden size, a layer it reads from is not in
+    the target, its vocabulary is not the target's); and an EAGLE-3 draft under a type that would load it as an
+    ordinary draft model (draft-simple runs it without the target's hidden states it was trained on)."""
+    from specops.ggufmeta import read  # gguf + numpy: only when asked
+    from specops.knobs import spec_type_members
+
+    if not draft:
+        return []
+    dinfo = read(draft, check_data=False)
+    members = spec_type_members(spec_type)
+    name = Path(draft).name
+    if EAGLE3_TYPE not in members:
+        if dinfo.arch == EAGLE3_ARCH and any(m in ("auto", "draft-simple") for m in members):
+            return [f"{SPEC_TYPE_VAR}={spec_type!r}: the draft {name} is an EAGLE-3 model (architecture eagle3), which "
+                    "drafts from the target's hidden states; loaded as an ordinary draft model it drafts nonsense. Set "
+                    f"{SPEC_TYPE_VAR}: draft-eagle3"]
+        return []
+    if dinfo.arch != EAGLE3_ARCH:
+        return [f"{SPEC_TYPE_VAR}={spec_type!r}: draft-eagle3 needs an EAGLE-3 draft (architecture eagle3), but "
+                f"the draft {name} is a {dinfo.arch} model; give the EAGLE-3 GGUF converted for this target "
+                "(convert_hf_to_gguf.py --target-model-dir), or set "
+                f"{SPEC_TYPE_VAR}: draft-simple for an ordinary draft"]
+    tinfo = read(target, check_data=False)
+    return _eagle3_mismatch(spec_type, name, dinfo, Path(target).name, tinfo)
+
+
+def _eagle3_mismatch(spec_type: str, name: str, dinfo: Any, target_name: str, tinfo: Any) -> list[str]:
+    head = f"{SPEC_TYPE_VAR}={spec_type!r}: the EAGLE-3 draft {name} was made for another target than {target_name}"
+    fix = "; give the EAGLE-3 draft trained for this target (its hidden states are what it reads)"
+    hidden, n_embd = dinfo.get(f"{EAGLE3_ARCH}.target_hidden_size"), tinfo.arch_get("embedding_length")
+    if hidden is None:
+        return [f"{head}: it has no {EAGLE3_ARCH}.target_hidden_size in its GGUF header{fix}"]
+    if int(hidden) != int(n_embd or 0):
+        return [f"{head}: it reads hidden states of size {int(hidden)} ({EAGLE3_ARCH}.target_hidden_size), the "
+                f"target's are {n_embd} ({tinfo.arch}.embedding_length){fix}"]
+    layers = [int(x) for x in dinfo.array(f"{EAGLE3_ARCH}.target_layers") or []]
+    n_layer = int(tinfo.arch_get("block_count") or 0) - int(tinfo.arch_get("nextn_predict_layers", 0) or 0)
+    beyond = [x for x in layers if x > n_layer]
+    if len(layers) != 3 or beyond:
+        return [f"{head}: it reads target layers {layers} ({EAGLE3_ARCH}.target_layers), the target has {n_layer}{fix}"]
+    vocab_d = dinfo.array_lengths.get("tokenizer.ggml.tokens")
+    vocab_t = tinfo.array_lengths.get("tokenizer.ggml.tokens")
+    if vocab_d != vocab_t:
+        return [f"{head}: its vocabulary has {vocab_d} tokens, the target's {vocab_t}{fix}"]
+    return []

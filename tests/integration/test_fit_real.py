@@ -4,11 +4,15 @@ compute 39.51 MiB (from `llama-speculative -v` load logs on this machine)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from specops.fetch import catalog, fetch_model
 from specops.fit import MIB, FitParams, Memory, estimate
 from specops.paths import cache_dir
+from specops.profile import ServerProfile
+from specops.server import ServerProcess
 
 MODELS = cache_dir() / "models"
 BIG = Memory("host RAM", 64 * 1024 * MIB, 64 * 1024 * MIB, "test")
@@ -43,3 +47,57 @@ def test_qwen_pair_matches_llama_cpp() -> None:
     assert mib(r, "draft compute") == pytest.approx(39.51, abs=0.5)
     assert mib(r, "target weights") == pytest.approx(1059.89, abs=0.1)  # llama.cpp: CPU_Mapped model buffer
     assert 1850 < r.needed / MIB < 2000
+
+
+_SIZE = re.compile(r"(llama_kv_cache|llama_memory_recurrent): size = +([\d.]+) MiB")
+_BUF = re.compile(r" (compute|output) buffer size = +([\d.]+) MiB")
+
+
+def _buffers(log: str) -> dict[str, list[float]]:
+    """The memory llama-server reports, per context in order (the target's, then draft-mtp's): its KV caches and
+    recurrent states, and its compute and output buffers (a context reserves its compute buffer again for another
+    graph: the largest is what it holds)."""
+    out: dict[str, list[float]] = {"kv": [], "recurrent": [], "compute": [], "output": []}
+    for part in log.split("llama_context: constructing llama_context")[1:]:
+        for kind, size in _SIZE.findall(part):
+            out["kv" if kind == "llama_kv_cache" else "recurrent"].append(float(size))
+        for kind in ("compute", "output"):
+            sizes = [float(v) for k, v in _BUF.findall(part) if k == kind]
+            if sizes:
+                out[kind].append(max(sizes))
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("spec_type", ["none", "draft-mtp", "draft-mtp,ngram-mod"])
+def test_tiny_mtp_fit_per_kind_matches_what_llama_server_allocates(llama_build, tmp_path, spec_type) -> None:
+    """The tiny qwen35 with one MTP layer (tests/tiny_mtp.py) in the real llama-server, per kind: the KV caches
+    (the target's attention layer; draft-mtp's own context for the MTP layer) and the recurrent state (with
+    draft_n_max rollback snapshots under draft-mtp) exactly as the server reports them; with the compute and output
+    buffers, the total within 10%."""
+    from tests import tiny_mtp
+
+    path = tiny_mtp.cached()
+    profile = {"model": str(path), "spec_type": spec_type, "draft_n_max": 3, "ctx_size": 4096, "parallel": 1,
+               "threads": 1}
+    server = ServerProcess(llama_build.server, ServerProfile.from_dict(profile), llama_build.caps,
+                           log_path=tmp_path / "llama-server.log")
+    server.argv += ["-lv", "4"]  # the library's buffer sizes are logged at info, which the server shows from 4
+    server.start()
+    try:
+        got = _buffers(server.log_path.read_text())
+    finally:
+        server.stop()
+    r = estimate(path, None, FitParams(ctx_size=4096, spec_type=spec_type, draft_n_max=3, flash_attn=True), BIG)
+    mtp = spec_type != "none"
+    assert len(got["kv"]) == (2 if mtp else 1) and len(got["recurrent"]) == 1, got
+    assert mib(r, "target KV cache") == pytest.approx(got["kv"][0], abs=0.01)
+    assert mib(r, "target recurrent state") == pytest.approx(got["recurrent"][0], abs=0.01)
+    if mtp:
+        assert mib(r, "MTP KV cache") == pytest.approx(got["kv"][1], abs=0.01)
+    reported = sum(sum(v) for v in got.values())
+    estimated = sum(i.bytes for i in r.items if i.component.endswith(
+        ("KV cache", "recurrent state", "compute", "output buffers"))) / MIB
+    assert estimated == pytest.approx(reported, rel=0.10), (got, [(i.component, i.bytes / MIB) for i in r.items])
+    print(f"\nFIT | tiny qwen35 MTP, {spec_type}: llama-server {reported:.2f} MiB of buffers {got}, "
+          f"specops fit {estimated:.2f} MiB ({estimated / reported - 1:+.1%})")

@@ -26,7 +26,7 @@ def test_tune_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Pa
                "--tasks", str(tasks), "--lengths", "2,4", "--ngram", "ngram-simple", "--no-default",
                "--budget", "5", "--probe-tokens", "24", "--max-tokens", "24", "--threads", "1", "--ctx-size", "1024",
                "--limit-per-workload", "3", "--rule", "fastest", "--work-dir", str(tmp_path / "work"),
-               "--out", str(out), "--quiet"])
+               "--out", str(out), "--quiet", "--probe-all"])
     printed = capsys.readouterr().out
     assert rc == 0, printed
     res = json.loads(out.read_text())

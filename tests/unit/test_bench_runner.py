@@ -155,6 +155,19 @@ def test_budget_ends_the_run_and_a_resumed_run_continues(fake_bin: Path, tmp_pat
         store.init_plan({**store.load_plan(), "max_tokens": 99})  # type: ignore[dict-item]
 
 
+def test_a_first_block_that_cannot_fit_the_budget_does_not_start(fake_bin: Path, tmp_path: Path) -> None:
+    """With no block run yet the budget had nothing to go by and the first block always ran (a tune's 64-second
+    measurement on a 2-core CPU ran one of 128 s); a guess per request (the tune's probes) checks it too."""
+    cfg, arms, design, store = setup(fake_bin, tmp_path, [arm("ngram-simple")])
+    cfg.budget_s, cfg.request_guess_s = 30.0, 60.0
+    out = run(cfg, arms, design, store, Progress(quiet=True))
+    assert out["ended"] == "budget" and blocks(store) == []
+    cfg2, arms2, design2, store2 = setup(fake_bin, tmp_path / "b", [arm("ngram-simple")])
+    cfg2.budget_s, cfg2.request_guess_s = 600.0, 0.01
+    assert run(cfg2, arms2, design2, store2, Progress(quiet=True))["ended"] != "budget"
+    assert blocks(store2)
+
+
 def test_fewer_servers_than_arms_take_turns(fake_bin: Path, tmp_path: Path) -> None:
     """Memory for three servers: the second arm waits, then catches up with the baseline on the same tasks."""
     cfg, arms, design, store = setup(fake_bin, tmp_path, [arm("ngram-simple", FAKE_TPS="25"),

@@ -82,3 +82,18 @@ def test_shortlist_keeps_unpredicted_candidates_only_if_room_is_left():
     assert "cannot clear" in dropped["c"] and "no room" in dropped["d"]
     chosen, _ = shortlist(preds, top=4)
     assert chosen == ["a", "e", "b", "d"]
+
+
+def test_the_ceiling_bounds_rule_out_a_draft_that_cannot_pay_with_any_acceptance():
+    """A 2-core CPU with the Qwen pair (the demo's deploy, 2026-11-27): a verification batch costs about what as
+    many single steps do and the 0.5B draft a fifth of the 1.5B's step: no draft length clears plain decoding even
+    with every drafted token accepted, so its probes (~80 s there) are skipped. A GPU-like host, where a batch of
+    17 costs two steps, keeps them."""
+    from specops.bench.costmodel import StepCosts
+    from specops.tune.decide import ceiling_bounds
+
+    cpu = StepCosts(0.075, {k: float(k) * 0.95 for k in range(1, 18)}, 0.075 / 5)
+    bounds = ceiling_bounds(cpu, [2, 4, 8, 16])
+    assert max(bounds.values()) < 1.05, bounds
+    gpu = StepCosts(0.007, {k: 1.0 + (k - 1) / 16 for k in range(1, 18)}, 0.007 / 6)
+    assert max(ceiling_bounds(gpu, [2, 4, 8, 16]).values()) > 2, ceiling_bounds(gpu, [2, 4, 8, 16])

@@ -77,6 +77,9 @@ class BenchConfig:
     derived_drafts: dict[str, Path] = field(default_factory=dict)
     start_timeout: float = 300.0
     budget_s: float | None = None
+    # seconds one request is expected to take before any block has run (the budget's check of the first block;
+    # None: the first block always runs, however long)
+    request_guess_s: float | None = None
     capacity: int | None = None  # servers that fit side by side (None: all)
     interleave: str = "slices"  # slices: a block's requests time-sliced; requests: one after another
     slice_s: float = 0.5
@@ -483,7 +486,8 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
                     break
                 elapsed = clock() - t0
                 if cfg.budget_s is not None:
-                    guess = (sum(per_request) / len(per_request) if per_request else 0.0) * len(block.arms)
+                    each = sum(per_request) / len(per_request) if per_request else cfg.request_guess_s or 0.0
+                    guess = each * len(block.arms)
                     if elapsed + guess > cfg.budget_s:
                         design.out_of_budget()
                         ended = "budget"

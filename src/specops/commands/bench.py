@@ -114,6 +114,9 @@ def _method_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--budget", type=float, default=None, metavar="MINUTES",
                    help="stop before a block that would end past this many minutes (default: 20, "
                    "none with --exhaustive); conclusions still open are reported as such")
+    g.add_argument("--request-guess", type=float, default=None, metavar="SECONDS",
+                   help="how long one request is expected to take, for --budget's check of the first block (by "
+                        "default the first block always runs); specops tune passes its probes' figure")
     g.add_argument("--min-tasks", type=int, default=4, help="tasks of a workload before an arm may stop")
     g.add_argument("--half-width", type=float, default=0.05,
                    help="an arm stops when its interval is within ±this of its estimate, or wholly below 1 + this "
@@ -407,7 +410,7 @@ def _resolve_inputs(args: argparse.Namespace, store: ResultStore, progress: Prog
         caps=caps, tasks=tasks, max_tokens=args.max_tokens, seed=args.seed, reps=reps, threads=args.threads,
         draft_threads=args.draft_threads if args.draft_threads is not None else args.threads,
         ctx_size=args.ctx_size, derived_drafts=derived,
-        budget_s=budget_min * 60 if budget_min is not None else None,
+        budget_s=budget_min * 60 if budget_min is not None else None, request_guess_s=args.request_guess,
         interleave=args.interleave, slice_s=args.slice, recycle=args.recycle or None,
         backend=build_backend(prefix), synth_rates=tuple(args.synth_rates),
     )

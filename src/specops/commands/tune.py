@@ -50,6 +50,7 @@ MAX_DRIFT = 0.15  # the plain server's speed may move this much between the firs
 # (reports/gpu-h200-tune.md)
 CPU_CEILING_REPS = 2
 GPU_CEILING_REPS = 5
+REQUEST_SLACK = 1.5  # a measured request against the plain probe's time per token (slower arms, prompt, slicing)
 REPORT_RESERVE_S = 20  # seconds of --budget kept for the measurement's report and the result (a 6 min tune ran 6:11)
 STEP_SLACK = 1.1  # llama-bench's step may exceed the plain server's per-token time by this much (noise)
 
@@ -97,6 +98,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measure-all", action="store_true",
                    help="also measure every candidate the shortlist left out (for comparison: the choice is still "
                    "made from the shortlist, and the result names the best measured)")
+    p.add_argument("--probe-all", action="store_true",
+                   help="probe the draft model even where the ceiling rules it out (at most 1 + --margin with every "
+                        "drafted token accepted): for comparison; by default those probes are skipped")
     p.add_argument("--synth-rates", type=bench_command.rates_arg, default=(), metavar="P0,P1,...|FILE",
                    help="benchmarking only: llama.cpp's synthetic acceptance on every speculative server (see "
                    "specops bench --synth-rates); needs --rule fastest")
@@ -286,8 +290,22 @@ def _bracket(s: Setup, out: dict[str, probes.ProbeResult], first: probes.ProbeRe
         texts=first.texts)
 
 
+def _pruned(s: Setup, args: argparse.Namespace, costs: StepCosts) -> dict[str, float]:
+    """Draft lengths the ceiling rules out before any probe: even with every drafted token accepted none would
+    clear plain decoding by the margin (then their probes are skipped). Empty when one could, or with
+    --measure-all or --probe-all (which compare every candidate)."""
+    if args.draft is None or args.measure_all or args.probe_all:
+        return {}
+    bounds = decide.ceiling_bounds(costs, s.lengths)
+    if max(bounds.values()) >= 1 + args.margin:
+        return {}
+    s.progress.note(f"tune: the ceiling rules out the draft model (at most {max(bounds.values()):.2f}× with every "
+                    "drafted token accepted): its probes are skipped")
+    return {probes.draft_candidate(k): b for k, b in bounds.items()}
+
+
 def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
-             has_draft: bool) -> tuple[Overheads, list[decide.Prediction]]:
+             has_draft: bool, pruned: dict[str, float] | None = None) -> tuple[Overheads, list[decide.Prediction]]:
     draft_runs = [found[n].run for n in (probes.draft_candidate(max(s.lengths)), probes.draft_candidate(
         min(s.lengths))) if n in found and not found[n].error]
     plain = found[probes.PLAIN_ARM].run
@@ -305,6 +323,8 @@ def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
               if parse_arm(n).draft is None and n in found and not found[n].error]
     preds = decide.predict(costs, over, draft_probe, s.lengths if has_draft else [], others,
                            name_of=probes.draft_candidate)
+    preds += [decide.Prediction(n, b, f"the ceiling: at most {b:.2f}× even with every drafted token accepted "
+                                "(not probed)") for n, b in (pruned or {}).items()]
     known = {p.name for p in preds}
     for n in s.names:
         if n not in known:
@@ -313,7 +333,8 @@ def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
     return over, preds
 
 
-def _measure(s: Setup, args: argparse.Namespace, chosen: list[str]) -> dict[str, Any] | None:
+def _measure(s: Setup, args: argparse.Namespace, chosen: list[str],
+             plain_s_per_token: float = 0.0) -> dict[str, Any] | None:
     """The shortlist side by side with plain decoding: the bench's paired design, A/A check and identity rule."""
     minutes = (s.left() - REPORT_RESERVE_S) / 60  # the bench's own report and the result fit inside the budget
     if minutes < 0.5:
@@ -324,6 +345,8 @@ def _measure(s: Setup, args: argparse.Namespace, chosen: list[str]) -> dict[str,
             "--max-tokens", str(args.max_tokens), "--ctx-size", str(args.ctx_size), "--work-dir",
             str(s.work / "measure"), "--fresh", "--report", str(s.work / "measure.md"), "--assets",
             str(s.work / "measure-assets"), "--no-vars", "--rule", args.rule, "--interleave", "slices"]
+    if plain_s_per_token > 0:  # the first block is checked against the budget too (a 2-core CPU's took 128 s)
+        argv += ["--request-guess", f"{REQUEST_SLACK * args.max_tokens * plain_s_per_token:.2f}"]
     if args.draft:
         argv += ["--draft", str(args.draft)]
     if args.workloads:
@@ -462,14 +485,15 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     costs, ceiling_data = _ceiling(s, args)
     s.store.save_json("ceiling.json", ceiling_data)
     t = s.phase("ceiling", s.started)
-    found = _run_probes(s, args.draft is not None)
+    pruned = _pruned(s, args, costs)
+    found = _run_probes(s, args.draft is not None and not pruned)
     t = s.phase("probes", t)
-    over, preds = _predict(s, costs, found, args.draft is not None)
+    over, preds = _predict(s, costs, found, args.draft is not None and not pruned, pruned)
     shortlisted, dropped = decide.shortlist(preds, args.top, args.margin)
     compared = [p.name for p in preds if args.measure_all and p.predicted is not None and p.name not in shortlisted]
     bench = None
     if (shortlisted or compared) and not args.predict_only:
-        bench = _measure(s, args, shortlisted + compared)
+        bench = _measure(s, args, shortlisted + compared, found[probes.PLAIN_ARM].run.seconds_per_token)
         s.phase("measure", t)
     measured = _measured(bench or {}, shortlisted + compared)
     if shortlisted:  # the choice is the shortlist's; what --measure-all adds is for comparison

@@ -83,6 +83,13 @@ def predict(costs: StepCosts, over: Overheads, draft_probe: Probe | None, length
     return out
 
 
+def ceiling_bounds(costs: StepCosts, lengths: Sequence[int]) -> dict[int, float]:
+    """The most each draft length could gain: every drafted token accepted and no server overhead (which only pulls
+    a ratio toward 1). Below the margin for every length, no acceptance can pay on this host and the draft model's
+    probes are not worth their minutes (on a 2-core CPU the longest draft probe alone took ~45 s)."""
+    return {k: predicted_speedup(costs, Overheads(0.0), k, float(k)) for k in lengths}
+
+
 def shortlist(preds: Sequence[Prediction], top: int = 3, margin: float = 0.05) -> tuple[list[str], dict[str, str]]:
     """The candidates to measure (best predicted first, at most ``top``) and why each other one is not."""
     known = sorted((p for p in preds if p.predicted is not None and math.isfinite(p.predicted)),
