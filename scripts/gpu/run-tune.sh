@@ -27,6 +27,7 @@ DRAFT=${DRAFT:-0.5b}
 BUDGET_14B=${BUDGET_14B:-3.5}  # minutes of `specops tune --budget` per target (BUDGET_<T>, dots as _)
 BUDGET_32B=${BUDGET_32B:-4.5}
 LENGTHS=${LENGTHS:-2,4,8,12,16}
+MAX_TOKENS=${MAX_TOKENS:-64}  # tokens per measured request (gpu-h100.md's 1.39x for the 14B at n16 was at 128)
 
 stamp "host: $(nproc) cpus, $(free -g | awk '/Mem/ {print $2}') GiB, python $(python3 -V 2>&1)"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.csv"
@@ -82,7 +83,7 @@ tune() {  # tune NAME TARGET BUDGET; the work dir goes into $OUT/results.tgz aft
   nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$G/w/vram-before-$name.txt" 2>/dev/null
   specops tune --target "$target" --draft "$G/models/draft.gguf" --llama-prefix "$P" --synth-rates "$RATES" \
     --rule fastest --ngram "" --no-default --lengths "$LENGTHS" --measure-all --budget "$budget" \
-    --limit-per-workload 3 --max-tokens 64 --work-dir "$G/w/tune-$name" --out "$OUT/tune-$name.json" \
+    --limit-per-workload 3 --max-tokens "$MAX_TOKENS" --work-dir "$G/w/tune-$name" --out "$OUT/tune-$name.json" \
     $TUNE_EXTRA > "$G/w/tune-$name.log" 2>&1
   stamp "tune $name: exit $?"
   tail -22 "$G/w/tune-$name.log"
