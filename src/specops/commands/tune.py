@@ -496,6 +496,11 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
         bench = _measure(s, args, shortlisted + compared, found[probes.PLAIN_ARM].run.seconds_per_token)
         s.phase("measure", t)
     measured = _measured(bench or {}, shortlisted + compared)
+    unmeasured = [n for n in shortlisted if n not in {m.name for m in measured}]
+    if bench is not None and unmeasured:
+        ended = (bench.get("outcome") or {}).get("ended", "?")
+        s.open.append(f"{', '.join(unmeasured)}: shortlisted, not measured (the side-by-side measurement ended: "
+                      f"{ended}; a longer --budget / llama_server_tune_budget measures them)")
     if shortlisted:  # the choice is the shortlist's; what --measure-all adds is for comparison
         choice = decide.choose([m for m in measured if m.name in shortlisted], need_identical=args.rule == "identical")
     else:
