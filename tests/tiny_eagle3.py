@@ -26,6 +26,7 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from specops.paths import cache_dir
+from tests.tiny_mtp import finish
 
 ARCH = "eagle3"
 HEAD_DIM, N_FF = 64, 128  # the hidden size is the target's (its embeddings and output head are shared)
@@ -89,14 +90,7 @@ def write(target: Path, path: Path, seed: int = 0, target_hidden: int | None = N
             kind = field.types[0]
             sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
             w.add_key_value(name, field.contents(), kind, sub_type=sub)
-    for name, data in _tensors(np.random.default_rng(seed), n_embd_tgt, n_head, n_head_kv).items():
-        w.add_tensor(name, data)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    tmp.replace(path)
-    return path
+    return finish(w, _tensors(np.random.default_rng(seed), n_embd_tgt, n_head, n_head_kv), tmp, path)
 
 
 def cached(target: Path) -> Path:

@@ -100,7 +100,13 @@ def write(path: Path, seed: int = 0) -> Path:
     w.add_tokenizer_model("test")
     w.add_token_list([f"tok_{i}" for i in range(N_VOCAB)])
     w.add_token_scores([0.0] * N_VOCAB)
-    for name, data in _tensors(np.random.default_rng(seed)).items():
+    return finish(w, _tensors(np.random.default_rng(seed)), tmp, path)
+
+
+def finish(w: GGUFWriter, tensors: dict[str, np.ndarray], tmp: Path, path: Path) -> Path:
+    """Add the tensors, write the file under its temporary name and put it in place (a cut run leaves no half
+    file): the last steps of every tiny test GGUF."""
+    for name, data in tensors.items():
         w.add_tensor(name, data)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -191,6 +191,7 @@ class ModelShape:
 # Gated-DeltaNet hybrids: every full_attention_interval-th trunk layer attends (keeps KV), the others are recurrent
 # (src/models/qwen35.cpp, qwen35moe.cpp, qwen3next.cpp at 0c1e57098: attention.recurrent_layers when the file has it)
 HYBRID_ARCHS = ("qwen35", "qwen35moe", "qwen3next")
+NGRAM_MOD_POOL = 4 * 1024 * 1024 * 4  # ngram-mod's hash table: 4 Mi int32 entries (common_speculative_impl_ngram_mod)
 EAGLE3_ARCH = "eagle3"  # an EAGLE-3 draft: one decoder layer over the target's hidden states (src/models/eagle3.cpp)
 # spec types whose target context keeps draft_n_max recurrent-state snapshots per sequence for rollback
 # (common_params_speculative::need_n_rs_seq)
@@ -470,7 +471,8 @@ def _kv_item(component: str, s: ModelShape, cells: int, tk: str, tv: str, layers
                 f"({s.key_length}×{tk} + {s.value_length}×{tv})")
 
 
-def _kind_items(tshape: ModelShape, dshape: ModelShape | None, params: FitParams, cells: int) -> list[Item]:
+def _kind_items(tshape: ModelShape, dshape: ModelShape | None, params: FitParams, cells: int,
+                gpu: bool = False) -> list[Item]:
     """What a kind of speculation adds beside the models' own KV: a hybrid target's recurrent states (with
     draft_n_max rollback snapshots each for MTP-like types), and draft-mtp's second context on the target (KV for
     the MTP layers, its compute buffer and outputs)."""
@@ -486,6 +488,9 @@ def _kind_items(tshape: ModelShape, dshape: ModelShape | None, params: FitParams
         out.append(Item("draft logits (EAGLE-3)", 2 * dshape.n_vocab * params.ubatch_size * 4,
                         f"its compute buffer holds logits for a whole ubatch: 2 × {dshape.n_vocab} vocab × "
                         f"{params.ubatch_size} tokens × 4 B (llama.cpp reports it with the draft's compute)"))
+    if members & {"ngram-mod", "default"} and not gpu:  # ``default`` is ngram-mod at 0c1e57098
+        out.append(Item("ngram-mod pool", NGRAM_MOD_POOL, "4 Mi n-gram entries × 4 B in host RAM, one per server "
+                        "(common/speculative.cpp)"))
     if "draft-mtp" in members and dshape is None and tshape.n_nextn > 0:
         out.append(_kv_item("MTP KV cache", tshape, cells, params.cache_type_k, params.cache_type_v,
                             tshape.kv_layers(mtp=True)))
@@ -529,7 +534,7 @@ def estimate(target: str | Path, draft: str | Path | None, params: FitParams, me
         if s.sliding_window:
             notes.append(f"{role} has sliding-window layers (window {s.sliding_window}); its KV is "
                          "counted at full size, an upper bound")
-    items += _kind_items(tshape, dshape, params, cells)
+    items += _kind_items(tshape, dshape, params, cells, gpu)
     for role, s, _tk, _tv, _outputs in roles:
         items.append(Item(f"{role} compute", s.compute_bytes(cells, params.ubatch_size, params.flash_attn),
                           f"ubatch {params.ubatch_size}, flash attention {'on' if params.flash_attn else 'off'} "

@@ -68,18 +68,11 @@ def test_the_fit_of_an_eagle3_pair_matches_what_llama_server_allocates(llama_bui
     """specops fit for SmolLM2 + the tiny EAGLE-3 draft against the buffers llama-server reports (-lv 4): both KV
     caches exactly, with the compute and output buffers within 10%."""
     from specops.fit import MIB, FitParams, Memory, estimate
-    from tests.integration.test_fit_real import _buffers
+    from tests.integration.test_fit_real import reported_buffers
 
     profile = {"model": str(smollm), "draft_model": str(eagle), "spec_type": "draft-eagle3", "draft_n_max": 3,
                "ctx_size": 1024, "parallel": 1, "threads": 1}
-    server = ServerProcess(llama_build.server, ServerProfile.from_dict(profile), llama_build.caps,
-                           log_path=tmp_path / "llama-server.log")
-    server.argv += ["-lv", "4"]
-    server.start()
-    try:
-        got = _buffers(server.log_path.read_text())
-    finally:
-        server.stop()
+    got = reported_buffers(llama_build, profile, tmp_path)
     r = estimate(smollm, eagle, FitParams(ctx_size=1024, spec_type="draft-eagle3", draft_n_max=3),
                  Memory("host RAM", 1 << 40, 1 << 40, "test"))
     items = {i.component: i.bytes / MIB for i in r.items}

@@ -5,6 +5,7 @@ compute 39.51 MiB (from `llama-speculative -v` load logs on this machine)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +69,19 @@ def _buffers(log: str) -> dict[str, list[float]]:
     return out
 
 
+def reported_buffers(llama_build, profile: dict, tmp_path: Path) -> dict[str, list[float]]:
+    """Start the real llama-server with ``profile`` at -lv 4 (the library's buffer sizes are logged at info, which
+    the server shows from 4), read what it allocated once it answers, stop it."""
+    server = ServerProcess(llama_build.server, ServerProfile.from_dict(profile), llama_build.caps,
+                           log_path=tmp_path / "llama-server.log")
+    server.argv += ["-lv", "4"]
+    server.start()
+    try:
+        return _buffers(server.log_path.read_text())
+    finally:
+        server.stop()
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("spec_type", ["none", "draft-mtp", "draft-mtp,ngram-mod"])
 def test_tiny_mtp_fit_per_kind_matches_what_llama_server_allocates(llama_build, tmp_path, spec_type) -> None:
@@ -80,14 +94,7 @@ def test_tiny_mtp_fit_per_kind_matches_what_llama_server_allocates(llama_build, 
     path = tiny_mtp.cached()
     profile = {"model": str(path), "spec_type": spec_type, "draft_n_max": 3, "ctx_size": 4096, "parallel": 1,
                "threads": 1}
-    server = ServerProcess(llama_build.server, ServerProfile.from_dict(profile), llama_build.caps,
-                           log_path=tmp_path / "llama-server.log")
-    server.argv += ["-lv", "4"]  # the library's buffer sizes are logged at info, which the server shows from 4
-    server.start()
-    try:
-        got = _buffers(server.log_path.read_text())
-    finally:
-        server.stop()
+    got = reported_buffers(llama_build, profile, tmp_path)
     r = estimate(path, None, FitParams(ctx_size=4096, spec_type=spec_type, draft_n_max=3, flash_attn=True), BIG)
     mtp = spec_type != "none"
     assert len(got["kv"]) == (2 if mtp else 1) and len(got["recurrent"]) == 1, got
@@ -101,3 +108,20 @@ def test_tiny_mtp_fit_per_kind_matches_what_llama_server_allocates(llama_build, 
     assert estimated == pytest.approx(reported, rel=0.10), (got, [(i.component, i.bytes / MIB) for i in r.items])
     print(f"\nFIT | tiny qwen35 MTP, {spec_type}: llama-server {reported:.2f} MiB of buffers {got}, "
           f"specops fit {estimated:.2f} MiB ({estimated / reported - 1:+.1%})")
+
+
+@pytest.mark.integration
+def test_ngram_only_fit_matches_what_llama_server_allocates(llama_build, smollm, tmp_path) -> None:
+    """SmolLM2 with ngram-mod and no draft model (the n-gram-only deploy's kind): its KV exactly and its buffers
+    within 10% of what llama-server reports; the ngram-mod pool (16 MiB of host RAM, counted from the source) is
+    no buffer llama.cpp reports, so it stays out of the comparison."""
+    profile = {"model": str(smollm), "spec_type": "ngram-mod", "ctx_size": 2048, "parallel": 1, "threads": 1}
+    got = reported_buffers(llama_build, profile, tmp_path)
+    r = estimate(smollm, None, FitParams(ctx_size=2048, spec_type="ngram-mod", draft_n_max=3), BIG)
+    assert mib(r, "target KV cache") == pytest.approx(got["kv"][0], abs=0.01)
+    assert mib(r, "ngram-mod pool") == 16.0
+    reported = sum(sum(v) for v in got.values())
+    estimated = sum(i.bytes for i in r.items if i.component.endswith(("KV cache", "compute", "output buffers"))) / MIB
+    assert estimated == pytest.approx(reported, rel=0.10), (got, [(i.component, i.bytes / MIB) for i in r.items])
+    print(f"\nFIT | SmolLM2, ngram-mod: llama-server {reported:.2f} MiB of buffers {got}, specops fit "
+          f"{estimated:.2f} MiB ({estimated / reported - 1:+.1%}) + the 16 MiB pool")

@@ -220,4 +220,16 @@ def test_a_hybrid_mtp_target_counts_what_llama_cpp_allocates_per_kind(tmp_path: 
     assert mib(mtp, "MTP compute") and mib(mtp, "MTP output buffers")
     assert mtp.needed > plain.needed
     ngram = estimate(path, None, FitParams(ctx_size=4096, spec_type="draft-mtp,ngram-mod", draft_n_max=3), big)
-    assert ngram.needed == mtp.needed
+    assert ngram.needed == mtp.needed + 16 * MIB  # ngram-mod's pool
+
+
+def test_ngram_mod_counts_its_pool_in_host_ram(model: Path) -> None:
+    """ngram-mod (and llama.cpp's ``default``, which is ngram-mod at 0c1e57098) keeps a 16 MiB hash table per server
+    in host RAM; other kinds and GPU memory do not count it."""
+    ram = Memory("host RAM", 1 << 40, 1 << 40, "test")
+    pool = lambda r: next((i.bytes for i in r.items if i.component == "ngram-mod pool"), None)  # noqa: E731
+    for spec_type, want in (("ngram-mod", 16 * MIB), ("default", 16 * MIB), ("ngram-simple", None), ("none", None),
+                            ("draft-mtp,ngram-mod", 16 * MIB)):
+        assert pool(estimate(model, None, FitParams(ctx_size=1024, spec_type=spec_type), ram)) == want, spec_type
+    gpu = Memory("GPU", 1 << 40, 1 << 40, "test")
+    assert pool(estimate(model, None, FitParams(ctx_size=1024, spec_type="ngram-mod"), gpu)) is None

@@ -81,6 +81,23 @@ def test_ngram_on_exllamav3_validates_against_the_newest_model_too(dirs):
     assert config["draft_model"] == {"draft_mode": "ngram", "ngram_match_min": 3}
 
 
+def test_mtp_on_exllamav3_renders_draft_mode_mtp_and_validates(dirs):
+    """ExLlamaV3's MTP drafting (TabbyAPI draft_mode: mtp): the target's own MTP layers, no draft model, the draft
+    length as draft_num_tokens; valid for both pinned config models. A target without MTP layers is refused."""
+    cfg = json.loads((dirs[0] / "config.json").read_text())
+    (dirs[0] / "config.json").write_text(json.dumps({**cfg, "mtp_num_hidden_layers": 1}))
+    config = render_config(TabbyProfile.from_dict(
+        {"model": str(dirs[0]), "spec_type": "draft-mtp", "backend": "exllamav3", "cache_mode": "4,6",
+         "draft_n_max": 3}))
+    validate(config)
+    validate(config, "e632af41eba68abeadc3437c62674360f2f8cbf1")
+    assert config["draft_model"] == {"draft_mode": "mtp", "draft_num_tokens": 3}
+    (dirs[0] / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(TabbyProfileError, match="has no MTP layers"):
+        TabbyProfile.from_dict({"model": str(dirs[0]), "spec_type": "draft-mtp", "backend": "exllamav3",
+                                "cache_mode": "4,6"})
+
+
 @pytest.mark.parametrize("mutate,where", [
     (lambda c: c.update(draft={"draft_model_name": "x"}), "draft"),             # the seed's `draft:` block
     (lambda c: c["model"].update(ngram_decoding=True), "ngram_decoding"),       # the seed's n-gram switch
@@ -112,6 +129,8 @@ def test_schema_rejects_wrong_types_and_values(dirs, section, key, value):
     ({"draft_cache_mode": "Q3"}, "draft_cache_mode 'Q3'"),
     ({"spec_type": "none"}, "never use it"),
     ({"spec_type": "ngram-simple", "draft_model": None}, "needs backend exllamav3"),
+    ({"spec_type": "draft-mtp", "draft_model": None}, "draft-mtp needs backend exllamav3"),
+    ({"spec_type": "draft-mtp"}, "never use it"),
     ({"ngram_decoding": True}, "unknown profile key"),
     ({"ctx_size": "16k"}, "ctx_size must be a positive integer"),
     ({"gpu_split": "20,24"}, "gpu_split must be a list"),

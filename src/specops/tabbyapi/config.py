@@ -4,7 +4,8 @@ sections as TabbyAPI's ``common/config_models.py`` defines them at the pinned co
 The profile speaks the llama.cpp profile's language where the two engines mean the same thing
 (:class:`specops.profile.ServerProfile`): ``model`` and ``draft_model`` (paths; here model *directories*),
 ``spec_type`` (``auto``: a draft model when one is set, else none; ``none``; ``draft-simple`` → TabbyAPI
-``draft_mode: model``; ``ngram-simple`` → ``draft_mode: ngram``, ExLlamaV3 only), ``draft_n_max`` →
+``draft_mode: model``; ``ngram-simple`` → ``draft_mode: ngram`` and ``draft-mtp`` → ``draft_mode: mtp``, the
+target's own multi-token-prediction layers, both ExLlamaV3 only), ``draft_n_max`` →
 ``draft_num_tokens``, ``ctx_size`` → ``max_seq_len``, ``parallel`` → ``max_batch_size``, ``host``, ``port``.
 What only TabbyAPI has keeps TabbyAPI's name: ``backend``, ``cache_mode``, ``draft_cache_mode``, ``gpu_split``
 (GiB per GPU; empty = autosplit), ``draft_gpu_split``, ``autosplit_reserve`` (MiB), ``chunk_size``,
@@ -12,12 +13,14 @@ What only TabbyAPI has keeps TabbyAPI's name: ``backend``, ``cache_mode``, ``dra
 
 Refused here, before anything is written (TabbyAPI itself would warn and carry on): a cache mode it does not
 know, an ExLlamaV3 ``k,v`` cache mode on the exllamav2 backend (silently FP16 there), a draft directory without
-``config.json``/``tokenizer.json``, n-gram drafting on exllamav2, a draft model with speculation off (TabbyAPI
-would load it and never use it), and unknown profile keys.
+``config.json``/``tokenizer.json``, n-gram or MTP drafting on exllamav2, MTP drafting for a target whose
+``config.json`` names no MTP layers, a draft model with speculation off (TabbyAPI would load it and never use it),
+and unknown profile keys.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,10 @@ from specops.tabbyapi.fit import CACHE_MODES, cache_bytes
 from specops.tabbyapi.hfvocab import model_dir
 
 BACKENDS = ("exllamav2", "exllamav3")
-SPEC_TYPES = ("auto", "none", "draft-simple", "ngram-simple")
+SPEC_TYPES = ("auto", "none", "draft-simple", "ngram-simple", "draft-mtp")
+DRAFT_MODES = {"none": "disabled", "draft-simple": "model", "ngram-simple": "ngram", "draft-mtp": "mtp"}
+# config.json keys that count a model's multi-token-prediction layers (Qwen3.5/3.6; DeepSeek V3, GLM-4.5)
+MTP_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
 
 
 class TabbyProfileError(ValueError):
@@ -72,7 +78,7 @@ class TabbyProfile:
     def draft_mode(self) -> str:
         if self.spec_type == "auto":
             return "model" if self.draft_model else "disabled"
-        return {"none": "disabled", "draft-simple": "model", "ngram-simple": "ngram"}[self.spec_type]
+        return DRAFT_MODES[self.spec_type]
 
     def validate(self, *, check_dirs: bool = True) -> None:
         if self.backend not in BACKENDS:
@@ -88,6 +94,9 @@ class TabbyProfile:
         if mode == "ngram" and self.backend != "exllamav3":
             raise TabbyProfileError("spec_type ngram-simple needs backend exllamav3: TabbyAPI's exllamav2 backend has "
                                     "no n-gram drafting (there is no `ngram_decoding` key; unknown keys are ignored)")
+        if mode == "mtp" and self.backend != "exllamav3":
+            raise TabbyProfileError("spec_type draft-mtp needs backend exllamav3: TabbyAPI drafts with a model's MTP "
+                                    "layers on ExLlamaV3 (draft_mode: mtp) only")
         try:
             cache_bytes(self.cache_mode, self.backend)
         except FitError as exc:
@@ -117,9 +126,24 @@ class TabbyProfile:
                         model_dir(path)
                     except PairInputError as exc:
                         raise TabbyProfileError(f"{role}: {exc}") from None
+            if mode == "mtp":
+                _require_mtp(self.model)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _require_mtp(model: str) -> None:
+    """draft-mtp: the target's config.json counts its MTP layers (else TabbyAPI has nothing to draft with)."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise TabbyProfileError(f"model: cannot read {Path(model) / 'config.json'}: {exc}") from None
+    layers = {k: config.get(k) or (config.get("text_config") or {}).get(k) for k in MTP_KEYS}
+    if not any(isinstance(v, int) and v > 0 for v in layers.values()):
+        raise TabbyProfileError(f"spec_type draft-mtp: the target {Path(model).name} has no MTP layers (its "
+                                f"config.json has no {' or '.join(MTP_KEYS)} above 0); use a model exported with "
+                                "its MTP head (Qwen3.5/3.6, DeepSeek V3, GLM-4.5), or spec_type ngram-simple")
 
 
 def _split(path: str) -> tuple[str, str]:
