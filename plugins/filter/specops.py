@@ -287,9 +287,8 @@ def specops_knob_profile(values: list[Any], backend: str | None = None,
         raise AnsibleFilterError(f"specops_knob_profile: the tune set {', '.join(unknown)}, which is no setting")
     given = dict(zip((k.name for k in knobs), values, strict=True))
     given.update({by_var[var]: v for var, v in (tuned or {}).items()})
-    values = [given[k.name] for k in knobs]
-    return {k.name: (k.default_for(backend, given.get("spec_type")) if v is None and k.backend_defaults else v)
-            for k, v in zip(knobs, values, strict=True)}
+    return {k.name: (k.default_for(backend, given.get("spec_type")) if given[k.name] is None and k.backend_defaults
+                     else given[k.name]) for k in knobs}
 
 
 class FilterModule:

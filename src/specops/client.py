@@ -113,8 +113,8 @@ class LlamaServerClient:
     def props(self) -> dict[str, Any]:
         return self._get_json("/props")
 
-    def slots(self) -> list[dict[str, Any]]:
-        data = self._get_json("/slots")
+    def slots(self, timeout: float | None = None) -> list[dict[str, Any]]:
+        data = self._get_json("/slots", timeout=timeout)
         if not isinstance(data, list):
             raise ServerError(f"/slots: expected a list, got {type(data).__name__}")
         return data

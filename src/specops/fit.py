@@ -59,7 +59,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from specops.devices import DeviceError, parse_list_devices, require_device
 from specops.ggufmeta import GGUFInfo, read
-from specops.knobs import CACHE_TYPES, LIST_DEVICES_FLAG, knob
+from specops.knobs import CACHE_TYPES, LIST_DEVICES_FLAG, knob, spec_type_members
 from specops.nvsmi import MIB_CELL, header_names, read_table
 
 MIB = 1024 * 1024
@@ -155,9 +155,7 @@ class ModelShape:
 
     @property
     def n_trunk(self) -> int:
-        """The layers the target's own context runs: all but the MTP layers (llama.cpp keeps every layer where
-        the model is MTP layers alone)."""
-        return self.n_layer - self.n_nextn if 0 < self.n_nextn < self.n_layer else self.n_layer
+        return trunk_layers(self.n_layer, self.n_nextn)
 
     def kv_layers(self, mtp: bool = False) -> list[int]:
         """The layers with a KV cache: in the target's context its trunk's attention layers; in an MTP context
@@ -198,13 +196,19 @@ EAGLE3_ARCH = "eagle3"  # an EAGLE-3 draft: one decoder layer over the target's 
 ROLLBACK_TYPES = ("draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
 
 
+def trunk_layers(n_layer: int, n_nextn: int) -> int:
+    """The layers the target's own context runs: all but the MTP layers (llama.cpp keeps every layer where the
+    model is MTP layers alone)."""
+    return n_layer - n_nextn if 0 < n_nextn < n_layer else n_layer
+
+
 def _hybrid(info: GGUFInfo, n_layer: int) -> dict[str, Any]:
     """The MTP layer count and, for a hybrid architecture, which layers are recurrent and their state sizes."""
     n_nextn = int(info.arch_get("nextn_predict_layers", 0) or 0)
     out: dict[str, Any] = {"n_nextn": n_nextn}
     if info.arch not in HYBRID_ARCHS:
         return out
-    trunk = n_layer - n_nextn if 0 < n_nextn < n_layer else n_layer
+    trunk = trunk_layers(n_layer, n_nextn)
     flags = info.array(f"{info.arch}.attention.recurrent_layers")
     if flags is not None and len(flags) == n_layer:
         out["recurrent"] = tuple(bool(f) for f in flags)
@@ -476,7 +480,7 @@ def _kind_items(tshape: ModelShape, dshape: ModelShape | None, params: FitParams
     """What a kind of speculation adds beside the models' own KV: a hybrid target's recurrent states (with
     draft_n_max rollback snapshots each for MTP-like types), and draft-mtp's second context on the target (KV for
     the MTP layers, its compute buffer and outputs)."""
-    members = {m.strip() for m in str(params.spec_type or "").split(",")}
+    members = set(spec_type_members(params.spec_type))
     out: list[Item] = []
     if any(tshape.recurrent):
         snaps = params.draft_n_max if members & set(ROLLBACK_TYPES) else 0
@@ -515,8 +519,7 @@ def estimate(target: str | Path, draft: str | Path | None, params: FitParams, me
     items: list[Item] = []
     notes: list[str] = []
     # the target verifies draft_n_max + 1 rows per slot whenever something drafts (a draft model, MTP, n-gram types)
-    drafting = dshape is not None or bool({m.strip() for m in str(params.spec_type or "").split(",")}
-                                          - {"", "none", "auto"})
+    drafting = dshape is not None or bool(set(spec_type_members(params.spec_type)) - {"none", "auto"})
     target_rows = params.parallel * (params.draft_n_max + 1) if drafting else params.parallel
     roles: list[tuple[str, ModelShape, str, str, int]] = [
         ("target", tshape, params.cache_type_k, params.cache_type_v, target_rows)]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from specops.client import LlamaServerClient
 from specops.tune import quiet
 
 
@@ -51,33 +52,33 @@ def server() -> Iterator[tuple[str, type[Slots]]]:
 
 def test_busy_slots_counts_and_none_without_an_answer(server):
     url, state = server
-    assert quiet.busy_slots(url) == 0
+    assert quiet.busy_slots(LlamaServerClient(url)) == 0
     state.busy = 2
-    assert quiet.busy_slots(url) == 2
+    assert quiet.busy_slots(LlamaServerClient(url)) == 2
     state.key = "k1"
-    assert quiet.busy_slots(url) is None  # refused without the key: unknown, not idle
-    assert quiet.busy_slots(url, "k1") == 2
-    assert quiet.busy_slots("http://127.0.0.1:9") is None
+    assert quiet.busy_slots(LlamaServerClient(url)) is None  # refused without the key: unknown, not idle
+    assert quiet.busy_slots(LlamaServerClient(url, api_key="k1")) == 2
+    assert quiet.busy_slots(LlamaServerClient("http://127.0.0.1:9")) is None
 
 
 def test_wait_idle_is_bounded(server):
     url, state = server
     state.busy = 1
-    idle, waited = quiet.wait_idle(url, "", 0.6, interval=0.1)
+    idle, waited = quiet.wait_idle(LlamaServerClient(url), 0.6, interval=0.1)
     assert not idle and waited >= 0.6
     threading.Timer(0.3, lambda: setattr(state, "busy", 0)).start()
-    idle, waited = quiet.wait_idle(url, "", 10, interval=0.05)
+    idle, waited = quiet.wait_idle(LlamaServerClient(url), 10, interval=0.05)
     assert idle and waited < 10
 
 
 def test_the_watch_sees_a_request_during_the_tune(server):
     url, state = server
-    with quiet.Watch(url, interval=0.05) as w:
+    with quiet.Watch(LlamaServerClient(url), interval=0.05) as w:
         deadline = time.monotonic() + 10
         while w.polls < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
     assert w.polls >= 3 and w.contended() == "" and w.blind_note() == ""
-    with quiet.Watch(url, interval=0.05) as w:
+    with quiet.Watch(LlamaServerClient(url), interval=0.05) as w:
         state.busy = 1
         deadline = time.monotonic() + 10
         while not w.busy and time.monotonic() < deadline:
@@ -86,7 +87,7 @@ def test_the_watch_sees_a_request_during_the_tune(server):
 
 
 def test_a_watch_that_cannot_see_says_so():
-    with quiet.Watch("http://127.0.0.1:9", interval=0.05) as w:
+    with quiet.Watch(LlamaServerClient("http://127.0.0.1:9"), interval=0.05) as w:
         deadline = time.monotonic() + 10
         while not w.blind and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -32,6 +32,7 @@ from specops.bench.stats import Interval
 from specops.bench.store import ResultStore
 from specops.bench.tasks import Task, TaskError, load_tasks, workloads_of
 from specops.capabilities import Capabilities
+from specops.client import LlamaServerClient
 from specops.commands import bench as bench_command
 from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
@@ -538,13 +539,13 @@ def _watched(s: Setup, args: argparse.Namespace) -> tuple[dict[str, Any] | None,
     watches it throughout. Returns (result, why unproven: '' when the figures stand)."""
     if not args.service_url:
         return _tune(s, args), ""
-    key = quiet.read_key(args.api_key_file)
-    idle, waited = quiet.wait_idle(args.service_url, key, args.idle_timeout)
-    if not idle:
-        return None, (f"the service at {args.service_url} stayed busy for {waited:.0f} s "
-                      f"(--idle-timeout {args.idle_timeout:g}): not tuned beside its traffic")
-    with quiet.Watch(args.service_url, key) as watch:
-        result = _tune(s, args)
+    with LlamaServerClient(args.service_url, api_key=quiet.read_key(args.api_key_file) or None) as client:
+        idle, waited = quiet.wait_idle(client, args.idle_timeout)
+        if not idle:
+            return None, (f"the service at {args.service_url} stayed busy for {waited:.0f} s "
+                          f"(--idle-timeout {args.idle_timeout:g}): not tuned beside its traffic")
+        with quiet.Watch(client) as watch:
+            result = _tune(s, args)
     if watch.blind_note():
         s.open.append(watch.blind_note())
         result["open"] = s.open

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from specops.client import LlamaServerClient, ServerError
+
 
 def read_key(path: Path | None) -> str:
     """The first key of an API key file (one key per line, as the role writes it); '' without a file."""
@@ -27,27 +29,22 @@ def read_key(path: Path | None) -> str:
     return ""
 
 
-def busy_slots(url: str, key: str = "", timeout: float = 5.0) -> int | None:
+def busy_slots(client: LlamaServerClient, timeout: float = 5.0) -> int | None:
     """How many of the service's slots process a request now; None when /slots does not answer (stopped, or
     started without --slots)."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        r = httpx.get(url.rstrip("/") + "/slots", headers=headers, timeout=timeout)
-        r.raise_for_status()
-        slots = r.json()
-    except (httpx.HTTPError, ValueError):
-        return None
-    if not isinstance(slots, list):
+        slots = client.slots(timeout=timeout)
+    except (httpx.HTTPError, ServerError):
         return None
     return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
 
 
-def wait_idle(url: str, key: str, budget_s: float, interval: float = 0.5) -> tuple[bool, float]:
+def wait_idle(client: LlamaServerClient, budget_s: float, interval: float = 0.5) -> tuple[bool, float]:
     """Wait up to ``budget_s`` for no busy slot (or a service that does not answer: nothing to contend with).
     Returns (idle, seconds waited)."""
     start = time.monotonic()
     while True:
-        if busy_slots(url, key) in (0, None):
+        if busy_slots(client) in (0, None):
             return True, time.monotonic() - start
         if time.monotonic() - start >= budget_s:
             return False, time.monotonic() - start
@@ -58,8 +55,7 @@ def wait_idle(url: str, key: str, budget_s: float, interval: float = 0.5) -> tup
 class Watch:
     """Polls the service's /slots in a thread while the tune runs: how often it was seen busy, and when first."""
 
-    url: str
-    key: str = ""
+    client: LlamaServerClient
     interval: float = 0.5
     polls: int = 0
     busy: int = 0
@@ -71,7 +67,7 @@ class Watch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            n = busy_slots(self.url, self.key)
+            n = busy_slots(self.client)
             self.polls += 1
             if n is None:
                 self.blind += 1
@@ -96,11 +92,12 @@ class Watch:
         """Why the tune's figures cannot stand ('' when the service stayed idle throughout)."""
         if not self.busy:
             return ""
-        return (f"the service at {self.url} served a request during the tune (seen busy in {self.busy} of {self.polls} "
-                f"looks at /slots, first {self.first_busy_s or 0:.0f} s in): its figures would describe that traffic")
+        return (f"the service at {self.client.base_url} served a request during the tune (seen busy in {self.busy} "
+                f"of {self.polls} looks at /slots, first {self.first_busy_s or 0:.0f} s in): its figures would "
+                "describe that traffic")
 
     def blind_note(self) -> str:
         if not self.blind:
             return ""
-        return (f"the service at {self.url} did not answer /slots in {self.blind} of {self.polls} looks: requests "
-                "then would not have been seen")
+        return (f"the service at {self.client.base_url} did not answer /slots in {self.blind} of {self.polls} "
+                "looks: requests then would not have been seen")
