@@ -25,16 +25,20 @@ Names are also a small grammar so users can ask for arms not in the standard lis
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specops.knobs import LEGACY, spell
+from specops.knobs import LEGACY, knob, spell
 from specops.profile import NGRAM_TYPES
 
 BASELINE = "baseline"
 AA = "baseline-again"
 EXACT_CACHE = {"flash_attn": "on", "cache_type_v": "q8_0"}
 NO_TILED_ENV = {"GGML_CPU_TILED_MM": "0"}
+# which plain decoding every ratio is taken against: the unit's (spec_type none with the service role's numerics,
+# the default) or llama.cpp's defaults (the bench's older baseline; never a decision's denominator in the tune)
+PLAIN_UNIT, PLAIN_DEFAULTS = "unit", "defaults"
+NUMERICS_KNOBS = ("flash_attn", "cache_type_k", "cache_type_v")
 DEFAULT_QUANTS = ("Q4_0", "Q3_K_M", "IQ4_XS")
 
 
@@ -276,16 +280,49 @@ def standard_arm_names(
 NGRAM_TYPES_STANDARD = ("ngram-simple", "ngram-mod", "ngram-map-k", "ngram-cache")
 
 
-def select_arms(names: list[str]) -> list[Arm]:
+def unit_numerics() -> dict[str, Any]:
+    """The numerics the service role deploys (its knob defaults: flash attention, KV cache types), with or without
+    speculation: what "the unit's plain decoding" runs with besides ``spec_type none``."""
+    return {k: knob(k).default for k in NUMERICS_KNOBS if knob(k).default is not None}
+
+
+def plain_description(plain: str) -> str:
+    """One line naming the reference every ratio is taken against."""
+    if plain == PLAIN_UNIT:
+        return (f"the unit's plain decoding ({spell(spec_type='none', **unit_numerics())}: speculation off, the "
+                "service role's numerics, the same threads, context and slots as every arm)")
+    return f"plain decoding at llama.cpp's defaults ({spell(spec_type='none')}), not the unit's numerics"
+
+
+def on_unit(arm: Arm) -> Arm:
+    """``arm`` with the unit's numerics under its own settings (an arm that sets numerics keeps them): the baselines
+    become the unit's plain decoding and an arm whose identity reference was ``exact-baseline`` (the same numerics)
+    is judged against the baseline itself."""
+    profile = {**unit_numerics(), **arm.profile}
+    ref = BASELINE if arm.reference == "exact-baseline" else arm.reference
+    desc = arm.description if arm.name not in (BASELINE, AA) else \
+        f"{arm.description.split(':')[0]}: {plain_description(PLAIN_UNIT)}"
+    return replace(arm, profile=profile, reference=ref, description=desc)
+
+
+def select_arms(names: list[str], plain: str = PLAIN_DEFAULTS) -> list[Arm]:
     """Arms for ``names`` (deduplicated, order kept), plus the references they need.
 
     ``baseline`` and ``baseline-again`` (its A/A twin) are always included: every speedup is relative to
     them. A reference an arm needs for the identity check (``exact-baseline``) comes right after it.
+    ``plain``: ``unit`` runs every server with the unit's numerics (:func:`on_unit`), so the baseline is the unit's
+    plain decoding and ``exact-baseline`` is the baseline itself (not loaded twice); ``defaults`` as they are named.
     """
+    if plain not in (PLAIN_UNIT, PLAIN_DEFAULTS):
+        raise ArmError(f"plain decoding must be {PLAIN_UNIT} or {PLAIN_DEFAULTS}, got {plain!r}")
     out: list[Arm] = []
     seen: set[str] = set()
 
     def add(arm: Arm) -> None:
+        if plain == PLAIN_UNIT:
+            if arm.name == "exact-baseline":
+                return
+            arm = on_unit(arm)
         if arm.name not in seen:
             seen.add(arm.name)
             out.append(arm)

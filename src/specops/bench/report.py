@@ -243,6 +243,11 @@ def _md_header(d: _Doc) -> list[str]:
       + f"; {outcome.get('blocks', 0)} blocks; the run ended: {outcome.get('ended', '?')}."
       + (" Exhaustive mode: every arm, every task, no early stopping, no pruning." if dz.get("exhaustive") else "")
       + "\n")
+    w(f"**Every ratio is against {plan.get('plain_reference') or 'the baseline server (spec_type none)'}** (the "
+      "`baseline` row). Intervals are 95% "
+      + ("for this fixed task set (finite-population correction)" if dz.get("fpc") else
+         "for a new request of the workload: the tasks' own spread and the A/A noise both count")
+      + ".\n")
     return L
 
 

@@ -97,6 +97,10 @@ def _arm_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("arms")
     g.add_argument("--arms", default="standard", help="comma list of arm names, or 'standard' (see --list-arms)")
     g.add_argument("--list-arms", action="store_true", help="print the arms that would run and exit")
+    g.add_argument("--plain", choices=(armsmod.PLAIN_UNIT, armsmod.PLAIN_DEFAULTS), default=armsmod.PLAIN_UNIT,
+                   help="the plain decoding every ratio is against: unit (default: speculation off with the service "
+                        f"role's numerics, {spell(**armsmod.unit_numerics())}, every arm with them too) or defaults "
+                        "(llama.cpp's, the older baseline)")
     g.add_argument("--draft-n-max", type=_ints, default=(4,), help="draft lengths of draft-n<K> arms (e.g. 2,4,8)")
     g.add_argument("--exact-n-max", type=_ints, default=(2,),
                    help=f"exact-profile arms ({spell(**armsmod.EXACT_CACHE)}, the service default numerics)")
@@ -114,6 +118,9 @@ def _method_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--budget", type=float, default=None, metavar="MINUTES",
                    help="stop before a block that would end past this many minutes (default: 20, "
                    "none with --exhaustive); conclusions still open are reported as such")
+    g.add_argument("--fixed-set", action="store_true",
+                   help="intervals for this fixed task set (finite-population correction: with every task in, only "
+                        "measurement noise is left); by default an interval speaks for a new request of the workload")
     g.add_argument("--request-guess", type=float, default=None, metavar="SECONDS",
                    help="how long one request is expected to take, for --budget's check of the first block (by "
                         "default the first block always runs); specops tune passes its probes' figure")
@@ -382,7 +389,7 @@ def _resolve_inputs(args: argparse.Namespace, store: ResultStore, progress: Prog
     reps = args.reps if args.reps is not None else (3 if args.exhaustive else 1)
     budget_min = args.budget if args.budget is not None else (None if args.exhaustive else 20.0)
     try:
-        selected = armsmod.select_arms(arm_names(args))
+        selected = armsmod.select_arms(arm_names(args), args.plain)
         tasks = load_tasks(args.tasks, list(args.workloads) or None, args.limit_per_workload, args.sample_every)
     except (armsmod.ArmError, TaskError) as exc:
         _fail(str(exc))
@@ -492,7 +499,7 @@ def _design_def(args: argparse.Namespace, by_wl: dict[str, list[str]], lineup: _
     return {
         "arms": lineup.spec_arms, "tasks": by_wl, "min_tasks": None if args.exhaustive else args.min_tasks,
         "half_width": args.half_width, "references": lineup.refs, "exhaustive": args.exhaustive,
-        "run_anyway": lineup.run_anyway, "fpc": True, "aa_precision": args.aa_precision,
+        "run_anyway": lineup.run_anyway, "fpc": args.fixed_set, "aa_precision": args.aa_precision,
         "identity_stop": args.rule == "identical" and not args.exhaustive,
     }
 
@@ -503,6 +510,7 @@ def _plan(args: argparse.Namespace, inputs: _Inputs, lineup: _Lineup, design_def
     tasks, cfg, derived, caps, prefix = inputs.tasks, inputs.cfg, inputs.derived, inputs.caps, inputs.prefix
     reps, running, selected, cannot = inputs.reps, lineup.running, inputs.selected, lineup.cannot
     return {
+        "plain": args.plain, "plain_reference": armsmod.plain_description(args.plain),
         "task_set": STANDARD_SET if not args.tasks else ",".join(str(p) for p in args.tasks),
         "task_set_digest": task_set_digest(tasks), "workload_counts": counts,
         "limited": args.limit_per_workload is not None or bool(args.workloads), "sample_every": args.sample_every,
@@ -576,7 +584,7 @@ def run(args: argparse.Namespace) -> int:
             _fail(str(exc))
         cfg, reps, spec_arms, refs = inputs.cfg, inputs.reps, lineup.spec_arms, lineup.refs
         design = Design(spec_arms, by_wl, reps=reps, min_tasks=design_def["min_tasks"], half_width=args.half_width,
-                        seed=args.seed, references=refs, aa_precision=args.aa_precision,
+                        seed=args.seed, references=refs, aa_precision=args.aa_precision, fpc=design_def["fpc"],
                         identity_stop=design_def["identity_stop"])
         total = sum(counts.values())
         progress.note(

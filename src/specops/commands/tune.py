@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from specops.bench import ceiling as ceil
-from specops.bench.arms import EXACT_CACHE, parse_arm
+from specops.bench.arms import BASELINE, EXACT_CACHE, PLAIN_UNIT, parse_arm, plain_description
 from specops.bench.costmodel import Overheads, Run, StepCosts, fit_overheads
 from specops.bench.runner import BenchConfig, Progress
-from specops.bench.stats import Interval
 from specops.bench.store import ResultStore
 from specops.bench.tasks import Task, TaskError, load_tasks, workloads_of
 from specops.capabilities import Capabilities
@@ -38,7 +37,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
-from specops.tune import decide, probes, quiet, record
+from specops.tune import decide, evidence, probes, quiet, record
 
 NAME = "tune"
 HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
@@ -353,7 +352,8 @@ def _measure(s: Setup, args: argparse.Namespace, chosen: list[str],
             "--no-ceiling", "--budget", f"{minutes:.2f}", "--limit-per-workload", str(args.limit_per_workload),
             "--max-tokens", str(args.max_tokens), "--ctx-size", str(args.ctx_size), "--work-dir",
             str(s.work / "measure"), "--fresh", "--report", str(s.work / "measure.md"), "--assets",
-            str(s.work / "measure-assets"), "--no-vars", "--rule", args.rule, "--interleave", "slices"]
+            str(s.work / "measure-assets"), "--no-vars", "--rule", args.rule, "--interleave", "slices",
+            "--plain", PLAIN_UNIT]
     if plain_s_per_token > 0:  # the first block is checked against the budget too (a 2-core CPU's took 128 s)
         argv += ["--request-guess", f"{REQUEST_SLACK * args.max_tokens * plain_s_per_token:.2f}"]
     if args.draft:
@@ -378,17 +378,33 @@ def _measure(s: Setup, args: argparse.Namespace, chosen: list[str],
     return dict(json.loads(raw.read_text()))
 
 
-def _measured(results: dict[str, Any], names: list[str]) -> list[decide.Measured]:
-    out = []
+def _identity(results: dict[str, Any], names: list[str]) -> dict[str, bool | None]:
+    """Per candidate: its output identical to plain decoding's on every compared request (None: not judged)."""
+    out: dict[str, bool | None] = {}
     for n in names:
         aw = (results.get("summary", {}).get(n) or {}).get("all") or {}
-        sp = aw.get("speedup")
-        if not sp:
-            continue
-        identical = aw.get("identical") == aw.get("compared") and (aw.get("compared") or 0) > 0
-        out.append(decide.Measured(n, Interval(sp["estimate"], sp.get("low"), sp.get("high"), sp.get("n", 0)),
-                                   identical if aw.get("compared") else None))
+        out[n] = (aw.get("identical") == aw.get("compared")) if aw.get("compared") else None
     return out
+
+
+def _decide(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None, shortlisted: list[str],
+            names: list[str]) -> tuple[list[decide.Measured], decide.Choice, dict[str, str]]:
+    """Every measured candidate against the unit's plain decoding (the bench's baseline under --plain unit), paired
+    in the same blocks, with intervals for a new request (:mod:`specops.tune.evidence`); the choice from the
+    shortlist, and per workload what it would prefer."""
+    need = args.rule == "identical"
+    blocks_file = s.work / "measure" / "blocks.jsonl"
+    if results is None or not blocks_file.exists():
+        return [], decide.choose([], need), {}
+    blocks = evidence.Blocks.load(blocks_file)
+    identical = _identity(results, names)
+    measured, _ = blocks.measured(names, BASELINE, identical)
+    choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical)
+    per_wl = {}
+    for wl in blocks.workloads:
+        c = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, workload=wl)
+        per_wl[wl] = c.short()
+    return measured, choice, per_wl
 
 
 def profile_vars(name: str) -> dict[str, Any]:
@@ -418,7 +434,9 @@ def _verdict(name: str, choice: decide.Choice, dropped: dict[str, str], measured
     if name == choice.chosen:
         return "chosen"
     if name == choice.runner_up:
-        return "runner-up"
+        return "runner-up" + (" (tie)" if name in choice.tie else "")
+    if name in choice.tie:
+        return "tie"
     if name in dropped:
         return dropped[name]
     if measured:
@@ -428,7 +446,7 @@ def _verdict(name: str, choice: decide.Choice, dropped: dict[str, str], measured
 
 def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: list[decide.Prediction],
             shortlisted: list[str], dropped: dict[str, str], measured: list[decide.Measured],
-            choice: decide.Choice, bench: dict[str, Any] | None, found: dict[str, probes.ProbeResult]) -> dict:
+            choice: decide.Choice, per_wl: dict[str, str], found: dict[str, probes.ProbeResult]) -> dict:
     by_m = {m.name: m for m in measured}
     rows = []
     for p in preds:
@@ -439,12 +457,13 @@ def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: l
                      "measured_interval": m.speedup.to_dict() if m else None,
                      "identical": m.identical if m else None, "verdict": verdict,
                      "vars": profile_vars(p.name)})
-    per_wl = {wl: pk.get("arm") or f"undecided ({str(pk.get('reason', '')).split('. ')[0]})"
-              for wl, pk in ((bench or {}).get("recommendation") or {}).items()}
     eligible = [m for m in measured if m.identical or args.rule == "fastest"]
     best = max(eligible, key=lambda m: m.speedup.estimate, default=None)
     return {
         "chosen": choice.chosen, "runner_up": choice.runner_up, "reason": choice.reason,
+        "settled": choice.settled, "tie": list(choice.tie), "paired": choice.paired, "left_out": list(choice.left_out),
+        "reference": plain_description(PLAIN_UNIT),
+        "interval": "95%, for a new request of the traffic's kind (the tasks' spread and the A/A noise count in full)",
         "best_measured": {"name": best.name, "measured": best.speedup.fmt(), "speedup": best.speedup.to_dict()}
         if best else None,
         "vars": profile_vars(choice.chosen), "per_workload": per_wl, "candidates": rows,
@@ -498,31 +517,35 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     found = _run_probes(s, args.draft is not None and not pruned)
     t = s.phase("probes", t)
     over, preds = _predict(s, costs, found, args.draft is not None and not pruned, pruned)
-    shortlisted, dropped = decide.shortlist(preds, args.top, args.margin)
+    shortlisted, dropped = decide.shortlist(preds, args.top, args.margin, always=(probes.DEFAULT_ARM,))
+    s.open += [f"{n}: {why}" for n, why in dropped.items() if why.endswith("stays open")]
     compared = [p.name for p in preds if args.measure_all and p.predicted is not None and p.name not in shortlisted]
     bench = None
     if (shortlisted or compared) and not args.predict_only:
         bench = _measure(s, args, shortlisted + compared, found[probes.PLAIN_ARM].run.seconds_per_token)
         s.phase("measure", t)
-    measured = _measured(bench or {}, shortlisted + compared)
+    measured, choice, per_wl = _decide(s, args, bench, shortlisted, shortlisted + compared)
     unmeasured = [n for n in shortlisted if n not in {m.name for m in measured}]
     if bench is not None and unmeasured:
         ended = (bench.get("outcome") or {}).get("ended", "?")
         s.open.append(f"{', '.join(unmeasured)}: shortlisted, not measured (the side-by-side measurement ended: "
                       f"{ended}; a longer --budget / llama_server_tune_budget measures them)")
-    if shortlisted:  # the choice is the shortlist's; what --measure-all adds is for comparison
-        choice = decide.choose([m for m in measured if m.name in shortlisted], need_identical=args.rule == "identical")
-    else:
+    if not shortlisted:
         choice = decide.Choice(decide.PLAIN, None, "no candidate is predicted to beat plain decoding by "
                                f"{args.margin:.0%}: plain decoding, nothing measured", {})
-    return _result(s, args, over, preds, shortlisted, dropped, measured, choice, bench, found)
+    elif not choice.settled:
+        s.open.append(f"undecided: {choice.reason}")
+    return _result(s, args, over, preds, shortlisted, dropped, measured, choice, per_wl, found)
 
 
 def _print(result: dict[str, Any], s: Setup, args: argparse.Namespace) -> None:
     print(table(result))
-    print(f"\nchosen: {result['chosen']} — {result['reason']}")
+    print(f"\nagainst: {result['reference']}; intervals {result['interval']}")
+    print(f"chosen: {result['chosen']} — {result['reason']}")
     if result["runner_up"]:
-        print(f"runner-up: {result['runner_up']}")
+        print(f"runner-up: {result['runner_up']}" + (f" ({result['paired']})" if result.get("paired") else ""))
+    for line in result.get("left_out") or ():
+        print(f"  left out: {line}")
     if args.measure_all and result["best_measured"]:
         best = result["best_measured"]
         print(f"best measured: {best['name']} {best['measured']}")

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specops.bench.arms import parse_arm
 from specops.bench.costmodel import (
     Overheads,
     Run,
@@ -90,20 +91,33 @@ def ceiling_bounds(costs: StepCosts, lengths: Sequence[int]) -> dict[int, float]
     return {k: predicted_speedup(costs, Overheads(0.0), k, float(k)) for k in lengths}
 
 
-def shortlist(preds: Sequence[Prediction], top: int = 3, margin: float = 0.05) -> tuple[list[str], dict[str, str]]:
-    """The candidates to measure (best predicted first, at most ``top``) and why each other one is not."""
+PREDICTION_ERROR = 0.10  # the predictions' goal (|measured / predicted - 1|): closer than this, they cannot tell
+
+
+def shortlist(preds: Sequence[Prediction], top: int = 3, margin: float = 0.05, error: float = PREDICTION_ERROR,
+              always: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """The candidates to measure (best predicted first, at most ``top``) and why each other one is not.
+
+    ``always``: measured whatever their rank unless the prediction rules them out by more than its own error (the
+    engine's own default: a tune never ends behind it without a measured reason). A candidate left out although its
+    prediction is within ``error`` of the last one kept is said so ("stays open"), not ruled out."""
     known = sorted((p for p in preds if p.predicted is not None and math.isfinite(p.predicted)),
                    key=lambda p: -float(p.predicted or 0))
     chosen: list[str] = []
     dropped: dict[str, str] = {}
     for p in known:
         assert p.predicted is not None
-        if p.predicted < 1.0 + margin:
+        if p.name in always and p.predicted * (1 + error) >= 1.0 + margin:
+            chosen.append(p.name)
+        elif p.predicted < 1.0 + margin:
             dropped[p.name] = f"predicted {p.predicted:.2f}×: cannot clear plain decoding by {margin:.0%}"
-        elif len(chosen) < top:
+        elif len([c for c in chosen if c not in always]) < top:
             chosen.append(p.name)
         else:
-            dropped[p.name] = f"predicted {p.predicted:.2f}×: below the {top} best"
+            last = min(float(q.predicted or 0) for q in known if q.name in chosen and q.name not in always)
+            dropped[p.name] = (f"predicted {p.predicted:.2f}×: below the {top} best"
+                               + (f", but within the predictions' {error:.0%} error of them ({last:.2f}×): stays open"
+                                  if p.predicted * (1 + error) >= last else ""))
     for p in preds:
         if p.predicted is None or not math.isfinite(p.predicted):
             if len(chosen) < top:
@@ -128,29 +142,100 @@ class Choice:
     runner_up: str | None
     reason: str
     figures: Mapping[str, str]
+    tie: tuple[str, ...] = ()  # what the best's interval cannot be told from (plain included), cheapest first
+    settled: bool = True  # False: undecided (plain decoding served, the figures could not settle it)
+    paired: str | None = None  # the chosen ÷ the runner-up, paired in the same blocks
+    left_out: tuple[str, ...] = ()  # measured but out of the decision, one line each
+
+    def short(self) -> str:
+        """One line: the choice and its figure (a tie named), or plain / undecided with the best candidate's."""
+        if self.chosen != PLAIN:
+            tie = [n for n in self.tie if n != self.chosen]
+            return f"{self.chosen} {self.figures.get(self.chosen, '')}" + (f" (ties with {', '.join(tie)})"
+                                                                            if tie else "")
+        head = PLAIN if self.settled else "undecided"
+        best = f" (best {self.runner_up} {self.figures.get(self.runner_up, '')})" if self.runner_up else ""
+        return head + best
 
     def to_dict(self) -> dict[str, Any]:
         return {"chosen": self.chosen, "runner_up": self.runner_up, "reason": self.reason,
-                "figures": dict(self.figures)}
+                "figures": dict(self.figures), "tie": list(self.tie), "settled": self.settled,
+                "paired": self.paired, "left_out": list(self.left_out)}
 
 
-def choose(measured: Sequence[Measured], need_identical: bool = True) -> Choice:
-    """The fastest measured candidate that is confidently faster than plain decoding (and identical in output
-    where required); plain decoding when none is."""
-    figures = {m.name: m.speedup.fmt() for m in measured}
-    eligible: list[Measured] = []
+def cost(name: str) -> tuple[int, int]:
+    """How much a profile costs to serve, for breaking ties: plain decoding, then a profile without a draft model
+    (n-gram types, llama.cpp's default, the target's own MTP head), then a draft model; a shorter draft first."""
+    if name == PLAIN:
+        return (0, 0)
+    arm = parse_arm(name)
+    return (1 if arm.draft is None else 2, arm.n_max or 0)
+
+
+def overlaps(a: Interval, b: Interval) -> bool:
+    """Do two intervals share a value (the data cannot tell them apart)?"""
+    assert a.low is not None and a.high is not None and b.low is not None and b.high is not None
+    return a.low <= b.high and b.low <= a.high
+
+
+def _usable(measured: Sequence[Measured], need_identical: bool) -> tuple[list[Measured], list[str]]:
+    usable: list[Measured] = []
+    left: list[str] = []
     for m in measured:
-        if not m.speedup.significantly_above(1.0):
-            continue
-        if need_identical and m.identical is not True:
-            continue
-        eligible.append(m)
-    eligible.sort(key=lambda m: -m.speedup.estimate)
-    if not eligible:
-        why = "; ".join(f"{m.name} {m.speedup.fmt()}"
-                        + (" (output differs)" if need_identical and m.identical is False else "")
-                        for m in measured) or "nothing measured"
-        return Choice(PLAIN, None, f"no candidate beat plain decoding with a confident interval: {why}", figures)
-    best = eligible[0]
-    runner = eligible[1].name if len(eligible) > 1 else None
-    return Choice(best.name, runner, f"{best.name} {best.speedup.fmt()} against plain decoding", figures)
+        if not m.speedup.has_ci:
+            left.append(f"{m.name}: {m.speedup.n} task(s) against plain decoding, no interval: out of the decision")
+        elif need_identical and m.identical is False:
+            left.append(f"{m.name}: output differs from plain decoding's: out under the identity rule")
+        elif need_identical and m.identical is None:
+            left.append(f"{m.name}: output identity not judged: out under the identity rule")
+        else:
+            usable.append(m)
+    return usable, left
+
+
+def choose(measured: Sequence[Measured], need_identical: bool = True, margin: float = 0.05,
+           paired: Callable[[str, str], Interval | None] | None = None, left_out: Sequence[str] = ()) -> Choice:
+    """The decision, with ties said and broken toward the cheaper profile.
+
+    The best is the fastest usable candidate (an interval, identical output under the identity rule). Its **tie** is
+    every usable candidate whose interval overlaps the best's, and plain decoding when the best is not confidently
+    faster than plain decoding. Plain decoding in the tie: plain decoding is served, *settled* when the best cannot
+    gain ``margin`` (its interval lies below 1 + margin) and *undecided* otherwise. Else the cheapest tie member
+    (:func:`cost`) that is itself confidently faster than plain decoding is chosen. ``paired(a, b)``: a ÷ b in the same
+    blocks, for the record (the chosen against the runner-up). ``left_out``: what could not be compared at all
+    (never in a block with plain decoding), one line each, kept in the record."""
+    figures = {m.name: m.speedup.fmt() for m in measured}
+    usable, left = _usable(measured, need_identical)
+    left = [*left_out, *left]
+    if not usable:
+        why = "; ".join(left) or "nothing measured"
+        return Choice(PLAIN, None, f"no candidate could be compared with plain decoding: {why}", figures,
+                      settled=not measured, left_out=tuple(left))
+    best = max(usable, key=lambda m: m.speedup.estimate)
+    tie = [m for m in usable if overlaps(m.speedup, best.speedup)]
+    tie.sort(key=lambda m: (cost(m.name), -m.speedup.estimate))
+    names = tuple(m.name for m in tie)
+    span = f"{min(float(m.speedup.low or 0) for m in tie):.2f}–{max(float(m.speedup.high or 0) for m in tie):.2f}×"
+    if not best.speedup.significantly_above(1.0):
+        settled = best.speedup.significantly_below(1.0 + margin)
+        others = [m for m in usable if m is not best]
+        runner = max(others, key=lambda m: m.speedup.estimate).name if others else None
+        word = ("nothing pays: the best candidate cannot gain " + f"{margin:.0%}" if settled
+                else "undecided: the intervals reach both sides of plain decoding; plain decoding is served until a "
+                     "longer measurement settles it")
+        return Choice(PLAIN, best.name, f"{word} (best {best.name} {best.speedup.fmt()} against plain decoding)",
+                      figures, (PLAIN, *names), settled, None, tuple(left))
+    eligible = [m for m in tie if m.speedup.significantly_above(1.0)]
+    chosen = eligible[0]
+    rest = [m for m in tie if m is not chosen] or [m for m in usable if m is not chosen]
+    runner = max(rest, key=lambda m: m.speedup.estimate).name if rest else None
+    reason = f"{chosen.name} {chosen.speedup.fmt()} against plain decoding"
+    if len(tie) > 1:
+        unproven = [m.name for m in tie if m not in eligible]
+        reason += (f"; {', '.join(names)} tie at {span} (their intervals overlap the best's, {best.name} "
+                   f"{best.speedup.fmt()}): {chosen.name} chosen, the cheapest"
+                   + (" confidently faster than plain decoding" if unproven else "")
+                   + (f" ({', '.join(unproven)} not confidently faster)" if unproven else ""))
+    pair = paired(chosen.name, runner) if paired and runner else None
+    pair_text = f"{chosen.name} ÷ {runner} = {pair.fmt()} paired in the same blocks" if pair else None
+    return Choice(chosen.name, runner, reason, figures, names, True, pair_text, tuple(left))
