@@ -17,6 +17,9 @@ From the same answers it derives the acceptance at which speculation would break
 draft-model types, where every round drafts ``n_max`` tokens): one round costs ``C`` plain decode steps
 (measured), yields ``1 + accepted`` tokens, so it breaks even when accepted per drafted token reaches
 ``(C - 1) / drafted per round``. Above 1 means no acceptance can make it pay here.
+
+The probe sends one request at a time (``STREAMS``): every verdict line says so (:func:`measured_at`), whatever the
+service's own ``--parallel``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from specops.saturation_verdict import at_concurrency
 DECISIONS = ("fallback", "warn", "fail", "off")
 VERDICTS = ("pays", "loses", "unproven")
 MIN_PROMPTS = 2
+STREAMS = 1  # requests the speed probe (roles/llama_server/files/speed_probe.py) has in flight at once
 
 
 class SpeedGateError(ValueError):
@@ -71,7 +75,7 @@ def judge(spec: Mapping[str, Any], plain: Mapping[str, Any], spec_url: str, plai
     if not common and not gave_up:
         raise SpeedGateError(f"the speed probe has no prompt answered by both {spec_url} and {plain_url}")
     out: dict[str, Any] = {"mode": mode, "prompts": len(common), "contended": contended, "min_ratio": min_ratio,
-                           "max_spread": max_spread}
+                           "max_spread": max_spread, "streams": STREAMS, "concurrency": measured_at(STREAMS)}
     if common:
         iv = geomean_ratio_ci([s[i] / p[i] for i in common])
         spec_reqs = [r for r in spec.get("requests", []) if r.get("url") == spec_url and int(r["prompt"]) in common]
@@ -118,12 +122,19 @@ def break_even(n_tokens: int, drafted: int, accepted: int, ratio: float, n_max: 
     return round(max(0.0, (round_cost - 1.0) / per_round), 4)
 
 
+def measured_at(streams: int = STREAMS) -> str:
+    """The concurrency a measurement ran at, as every verdict line says it (pays, loses, unproven, fallback)."""
+    if streams <= 1:
+        return "at 1 stream (one request at a time)"
+    return f"at {streams} streams ({streams} requests at a time)"
+
+
 def concurrency_note(parallel: int | None, saturation: Mapping[str, Any] | None = None) -> str:
     """What a one-request-at-a-time measurement does not say for a service with several slots, and what this
     host's saturation run (``llama_server_saturation_report``) says at its N where there is one."""
     if not parallel or int(parallel) <= 1:
         return ""
-    head = f" Measured one request at a time; this service runs {knob('parallel').flag} {int(parallel)}"
+    head = f" This service runs {knob('parallel').flag} {int(parallel)}"
     if saturation:
         return f"{head}: {at_concurrency(dict(saturation), int(parallel))}"
     return (f"{head}, where several slots share the machine and speculation's gain shrinks: run `specops saturate` "
@@ -133,7 +144,8 @@ def concurrency_note(parallel: int | None, saturation: Mapping[str, Any] | None 
 
 def message(result: Mapping[str, Any], action: str, service: str, parallel: int | None = None,
             saturation: Mapping[str, Any] | None = None) -> str:
-    """The line the deploy prints."""
+    """The line the deploy prints: the figures, the concurrency they were measured at (:func:`measured_at`), the
+    verdict and what the deploy does with it."""
     lo, hi = result.get("ratio_low"), result.get("ratio_high")
     ci = f" [{lo:.2f}–{hi:.2f}]" if lo is not None and hi is not None else ""
     dropped = f", {result['contended']} discarded: other requests ran" if result.get("contended") else ""
@@ -142,6 +154,7 @@ def message(result: Mapping[str, Any], action: str, service: str, parallel: int 
                 f"({result['ratio']:.2f}×{ci}, {result['prompts']} prompts, {result['mode']}{dropped})")
     else:
         head = f"no prompt measured without other requests on the servers ({result['mode']}{dropped})"
+    head = f"{head} {measured_at(int(result.get('streams') or STREAMS))}"
     if result["verdict"] == "unproven":
         return f"{head}: UNPROVEN — {result['unproven_because']}; {unproven_action(action, service)}"
     if result["verdict"] == "pays":

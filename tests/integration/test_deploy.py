@@ -78,6 +78,8 @@ def test_speed_gate_measured_speculation_against_plain_decoding(deployed, labhos
     assert m, deployed.text[-3000:]
     rec = speed_gate_record(labhost)
     assert rec["mode"] == "side by side" and rec["prompts"] >= 2
+    # every verdict line says the concurrency it measured at (issue 51 item 3), losing and unproven ones too
+    assert "at 1 stream (one request at a time): " in deployed.text and rec["streams"] == 1, deployed.text[-3000:]
     assert rec["plain_tps"] > 0 and rec["speculative_tps"] > 0
     assert rec["ratio"] == pytest.approx(float(m.group(3)), abs=0.006)
     assert rec["serving"] == "speculative" and rec["action"] == "warn"
@@ -134,11 +136,13 @@ def test_speed_gate_falls_back_to_plain_decoding_when_speculation_loses(deployed
         assert rec == warned | {"serving": "plain", "action": "fallback", "installed_unit_sha256": installed}, \
             (warned, rec)
     elif rec["verdict"] == "loses":
-        assert "SPECULATION LOSES on this host" in run.text and "now serves plain decoding" in run.text, \
+        assert "at 1 stream (one request at a time): SPECULATION LOSES on this host" in run.text \
+            and "now serves plain decoding" in run.text, \
             run.text[-3000:]
         assert rec["ratio"] < 1.0
     else:
-        assert "UNPROVEN" in run.text and rec["unproven_because"], run.text[-3000:]
+        assert "at 1 stream (one request at a time): UNPROVEN" in run.text and rec["unproven_because"], \
+            run.text[-3000:]
     unit = labhost.run(["systemctl", "cat", UNIT]).stdout
     assert "--spec-type none" in unit and "--spec-draft-model" not in unit and "lost the speed gate" in unit
     out = completion(labhost)

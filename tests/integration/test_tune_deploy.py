@@ -1,9 +1,10 @@
 """The deploy's auto-tune (issue 42, item 4) on the lab host with the real llama-server and llama-bench: deploy.yml
 with ``llama_server_tune: auto`` runs ``specops tune`` on the host (specops shipped there by roles/specops_package),
-prints its table, renders its choice into the unit (or leaves the configured profile when plain decoding wins),
-keeps its result in /etc/specops/tune.json and a summary in speed-gate.json; the next deploy reuses the result
-without measuring; a result naming a draft length is rendered into the unit; an explicit draft length wins and the
-tune does not run.
+prints its table, renders its choice into the unit (plain decoding as its answer keeps the kind the inventory set,
+draft-simple here, for the speed gate), keeps its result in /etc/specops/tune.json and a summary in speed-gate.json;
+the next deploy reuses the result without measuring; a result naming a draft length is rendered into the unit; an
+explicit draft length wins and the tune does not run; with the kind left open (spec type auto), plain decoding as the
+answer is what the unit serves, started once, with nothing for the speed gate to judge.
 
 SmolLM2-135M drafts for itself here (as the suite's deploy profile): on a CPU that cannot pay, so the tune predicts
 both lengths below plain decoding and measures nothing (its figures must still be there). The "a choice is rendered"
@@ -20,6 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specops.knobs import knob
+from specops.tune import record
 from tests import lab
 from tests.integration.test_deploy import PROFILE, UNIT, main_pid
 
@@ -78,8 +81,12 @@ def test_the_deploy_tunes_on_the_host_and_renders_its_choice(tuned, labhost):
     assert re.search(r"tune \([^)]*\): ", tuned.text), tuned.text[-4000:]
     chosen = res["chosen"]
     assert chosen in ("plain", "exact-n2", "exact-n4")
-    # plain decoding as the answer leaves the configured profile (the CPU's default length 2) to the speed gate
+    # the kind is set here (draft-simple, only the length left open): plain decoding as the answer keeps it, at the
+    # CPU's default length 2, for the speed gate to judge
     assert unit_n_max(labhost) == (2 if chosen == "plain" else int(chosen.removeprefix("exact-n")))
+    if chosen == "plain":
+        assert ("explicit settings win: llama_server_spec_type=draft-simple kept: the configured kind is deployed and "
+                "the speed gate judges it") in tuned.text, tuned.text[-4000:]
     gate = host_json(labhost, "speed-gate.json")
     assert gate["tune"]["chosen"] == chosen and gate["tune"]["reused"] is False
     assert gate["tune"]["key"] == res["key"] and len(gate["tune"]["candidates"]) == 2
@@ -145,3 +152,39 @@ def test_a_tune_beside_traffic_is_unproven_and_the_last_choice_stays(tuned, labh
     assert unit_n_max(labhost) == 4
     assert host_json(labhost, "speed-gate.json")["tune"]["chosen"] == "exact-n4"
     print(f"\nBUSY | the client got {served} answers during the deploy; the tune was unproven, exact-n4 stays")
+
+
+def test_a_plain_answer_with_the_kind_left_open_is_served_directly(tuned, labhost, profile):
+    """llama_server_spec_type auto and the tune's answer plain decoding: the unit serves plain decoding (spec type
+    none, no draft model), started once by this deploy (no speculative unit installed, measured by the speed gate and
+    replaced), and the speed gate's record says it measured nothing because the tune's answer was plain. The result is
+    planted as the host's record for the settings of spec type auto (its key recomputed: the tune's --ngram and
+    --no-default differ), so the deploy reuses it: a plain answer is what this CPU gives, and the test is about the
+    deploy's side."""
+    res = host_json(labhost, "tune.json")
+    res["facts"]["settings"] |= {"ngram": "auto", "no_default": False}  # what spec type auto passes specops tune
+    res["key"] = record.key(res["facts"])
+    res |= {"chosen": "plain", "runner_up": None, "vars": {"llama_server_spec_type": "none"},
+            "reason": "no candidate beat plain decoding with a confident interval: planted"}
+    labhost.run(["sh", "-c", f"cat > {STATE}/tune.json"], input=json.dumps(res))
+    since = labhost.run(["date", "+%s"]).stdout.strip()
+    pid = main_pid(labhost)
+    run = deploy(labhost, profile, {"llama_server_spec_type": "auto", "llama_server_speed_gate": "fallback"})
+    assert run.rc == 0, run.output[-6000:]
+    assert "reused: the result of" in run.text, run.text[-4000:]
+    assert ("no candidate pays here (no candidate beat plain decoding with a confident interval: planted): plain "
+            "decoding is served (llama_server_spec_type=none); the speed gate has nothing to judge") in run.text
+    assert "no speculation pays here" in run.text, run.text[-4000:]  # verify.yml: the tune's answer, not a proof
+    assert "TASK [llama_server : Speed gate - judge" not in run.output  # the gate measured nothing
+    argv = labhost.run(["systemctl", "show", "-p", "ExecStart", "--value", UNIT]).stdout
+    assert "--spec-type none" in argv, argv
+    assert not set(argv.split()) & set(knob("draft_model").flags), argv  # the draft model is not loaded
+    # one start of the service by this deploy: the plain unit directly, no speculative detour and fallback
+    journal = labhost.run(["journalctl", "-u", UNIT, "--since", f"@{since}", "--no-pager", "-o", "cat"]).stdout
+    assert len([ln for ln in journal.splitlines() if ln.startswith("Started ")]) == 1, journal[-3000:]
+    assert main_pid(labhost) != pid
+    gate = host_json(labhost, "speed-gate.json")
+    assert gate["verdict"] == "not_measured" and gate["serving"] == "plain" and gate["spec_type"] == "none", gate
+    assert gate["message"].startswith("not measured: plain decoding is served, the tune's answer (specops tune, ")
+    assert gate["tune"]["chosen"] == "plain" and gate["tune"]["applied"] == {"llama_server_spec_type": "none"}
+    print(f"\nPLAIN | served directly: {gate['message']}")

@@ -8,6 +8,7 @@ clocks so time-based rules (windows, staleness, log throttling) are tested witho
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 DRAFTS = "llamacpp:spec_decode_num_drafts_total"
 PREDICTED = "llamacpp:tokens_predicted_total"
 PREDICTED_SECONDS = "llamacpp:tokens_predicted_seconds_total"
+PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"  # labelled {position="N"}
 # the exporter's derived series (ratios of counter deltas over one window): what a refused pass must not export
 DERIVED = ("llamacpp_spec_acceptance_ratio", "llamacpp_spec_mean_acceptance_length",
            "llamacpp_decode_tokens_per_second", "llamacpp_spec_acceptance_by_position_ratio")
@@ -101,9 +103,43 @@ def fake_scraper(fetcher: FakeFetcher, clock: FakeClock | None = None, log_accep
                    clocks=fake_clocks(clock or FakeClock()))
 
 
+def samples(text: str) -> dict[str, float]:
+    """The samples of a /metrics body by name, labels included (comments and unparseable values left out)."""
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name and not line.startswith("#"):
+            with contextlib.suppress(ValueError):
+                out[name] = float(value)
+    return out
+
+
+def positions_for(base: Mapping[str, float], accepted: float) -> dict[str, float]:
+    """``base``'s per-position accepted counters for an accepted total of ``accepted``, in whole tokens that add up
+    to it, each growing with the total one token at a time, at the next position in turn (0, 1, ..., 0, ...): from
+    ``base``'s own counters above its total, from zero below it (another server, or a restarted one)."""
+    keys = sorted((k for k in base if k.startswith(PER_POS)), key=lambda k: int(k.split('"')[1]))
+    total = base.get(ACCEPTED)
+    if not keys or total is None:
+        return {}
+    start, extra = ((base, accepted - total) if accepted >= total else (dict.fromkeys(keys, 0.0), accepted))
+    whole = int(extra)
+    out = {k: start[k] + whole // len(keys) + (i < whole % len(keys)) for i, k in enumerate(keys)}
+    out[keys[0]] += extra - whole  # a fraction of a token (no server counts one): where the sum still says it
+    return out
+
+
 def metrics_body(values: Mapping[str, float | str | None], base: str = SPEC_METRICS) -> bytes:
     """``base`` with the samples named in ``values`` set to that value (a string is written as is) or,
-    for None, removed. Keys are sample names as the server writes them, labels included."""
+    for None, removed. Keys are sample names as the server writes them, labels included.
+
+    As a server would send it, the per-position accepted counters add up to the accepted total: when ``values``
+    sets that total (a number) and no per-position sample, ``base``'s per-position samples are scaled with it
+    (issue 51: the exporter withdraws per-position figures that contradict the total). A test that wants them
+    frozen, or lying, names them."""
+    accepted = values.get(ACCEPTED)
+    if isinstance(accepted, (int, float)) and not any(k.startswith(PER_POS) for k in values):
+        values = {**positions_for(samples(base), float(accepted)), **values}
     out = []
     for line in base.splitlines():
         name, _, _ = line.rpartition(" ")

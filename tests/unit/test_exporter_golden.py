@@ -40,6 +40,7 @@ from tests.unit.fake_llama_fetcher import (
     CAP,
     DRAFT_TOKENS,
     DRAFTS,
+    PER_POS,
     PREDICTED,
     PREDICTED_SECONDS,
     SPEC_METRICS,
@@ -274,11 +275,17 @@ def state_counters_backwards_then_nan(mp: pytest.MonkeyPatch) -> Scraper:
     return s
 
 
+def steady_values(n: int, accepted: int = 8) -> dict[str, float]:
+    """The spec capture's counters after ``n`` passes of steady traffic: 10 drafted tokens, ``accepted`` of them
+    accepted, 2 verification steps, 25 tokens in 0.5 s per pass."""
+    return {ACCEPTED: 835 + accepted * n, DRAFT_TOKENS: 862 + 10 * n, DRAFTS: 108 + 2 * n,
+            PREDICTED: 957 + 25 * n, PREDICTED_SECONDS: 20 + 0.5 * n}
+
+
 def steady(n: int, accepted: int = 8) -> bytes:
-    """The spec capture after ``n`` passes of steady traffic: 10 drafted tokens, ``accepted`` of them accepted,
-    2 verification steps, 25 tokens in 0.5 s per pass."""
-    return metrics_body({ACCEPTED: 835 + accepted * n, DRAFT_TOKENS: 862 + 10 * n, DRAFTS: 108 + 2 * n,
-                         PREDICTED: 957 + 25 * n, PREDICTED_SECONDS: 20 + 0.5 * n})
+    """The spec capture after ``n`` passes of steady traffic (:func:`steady_values`), its per-position counters
+    adding up to the accepted total."""
+    return metrics_body(steady_values(n, accepted))
 
 
 @state
@@ -290,6 +297,23 @@ def state_counters_contradict(mp: pytest.MonkeyPatch) -> Scraper:
     s = fake_scraper(f, clock)
     for n in range(4):
         f.routes["/metrics"] = Answer(body=steady(n, accepted=20))
+        passes(s, clock)
+    return s
+
+
+FROZEN_POSITIONS = {f'{PER_POS}{{position="{p}"}}': v for p, v in enumerate((108, 105, 104, 104, 104, 104, 104, 102))}
+
+
+@state
+def state_frozen_positions(mp: pytest.MonkeyPatch) -> Scraper:
+    """Issue 51: the per-position accepted counters stand still (the capture's) while the accepted total rises by 8
+    a pass. The window's acceptance (0.8), mean length (5) and tokens/s (50) stand; the per-position ratios, which
+    read 0.0 beside them with no error, are withdrawn and each pass with a window counts an invalid_value error."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    s = fake_scraper(f, clock)
+    for n in range(4):
+        f.routes["/metrics"] = Answer(body=metrics_body({**FROZEN_POSITIONS, **steady_values(n)}))
         passes(s, clock)
     return s
 

@@ -19,8 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from specops.exporter.collector import SpecopsCollector
-from specops.exporter.derived import WindowFigures, contradiction
+from specops.exporter.derived import WindowFigures, contradiction, positions_disagree, printed_error
 from specops.exporter.state import Scraper
+from specops.exporter.window import CounterWindow
 from tests.unit.fake_llama_fetcher import (
     ACCEPTED,
     DERIVED,
@@ -84,13 +85,18 @@ def test_accepted_rising_faster_than_drafted_is_refused_and_counted():
 BASE_POS = {0: 108, 1: 105, 2: 104, 3: 104, 4: 104, 5: 104, 6: 104, 7: 102}  # the spec capture's
 
 
+def positions(n: float) -> dict[str, float]:
+    """The per-position counters of :func:`counters`: each of its 2 steps a pass accepts 4 tokens, at positions 0
+    to 3 (so they add up to the accepted total, as a server's do)."""
+    return {POS % p: float(v) + (2 * n if p < 4 else 0) for p, v in BASE_POS.items()}
+
+
 @pytest.mark.parametrize(("why", "lie"), [  # added to the counters from the second pass on
     ("accepted tokens rose by 20 but drafted tokens only by 10", {ACCEPTED: 12}),
     ("verification steps rose by 11 but drafted tokens only by 10", {DRAFTS: 9}),
     ("accepted tokens rose by 8 without a verification step", {DRAFTS: -2}),
-    ("draft position 0 accepted 3 times in 2 verification steps", {POS % 0: 3}),
-    ("accepted tokens by position rose by 9 but accepted tokens by 8",
-     {POS % 0: 2, POS % 1: 2, POS % 2: 2, POS % 3: 2, POS % 4: 1}),
+    ("draft position 0 accepted 3 times in 2 verification steps", {POS % 0: 1}),
+    ("accepted tokens by position rose by 9 but accepted tokens by 8", {POS % 4: 1}),
 ])
 def test_each_contradiction_is_refused_counted_logged_and_the_window_restarts_without_it(why, lie, caplog):
     f = FakeFetcher()
@@ -98,7 +104,7 @@ def test_each_contradiction_is_refused_counted_logged_and_the_window_restarts_wi
     s = fake_scraper(f, clock)
 
     def lying(n: int) -> dict[str, float]:
-        base = {**counters(n), **{POS % p: float(v) for p, v in BASE_POS.items()}}
+        base = {**counters(n), **positions(n)}
         return {k: v + lie.get(k, 0) for k, v in base.items()}
 
     serve(f, counters(0))
@@ -136,6 +142,72 @@ def test_contradiction_rules():
 
 
 ACC, DT, ST = "llamacpp_spec_accepted_tokens_total", "llamacpp_spec_draft_tokens_total", "llamacpp_spec_drafts_total"
+
+
+# ---- (1b) per-position figures agree with the total (issue 51) ------------------------------------------------
+
+BY_POSITION = "llamacpp_spec_acceptance_by_position_ratio"
+
+
+@pytest.mark.parametrize(("why", "pos"), [
+    ("accepted tokens by position rose by 0 but accepted tokens by 8", lambda n: 0),  # they stand still
+    ("accepted tokens by position rose by 4 but accepted tokens by 8", lambda n: n),  # half of them counted
+])
+def test_per_position_counters_that_do_not_add_up_are_withdrawn_counted_and_logged_once(why, pos, caplog):
+    """The issue's case: per-position ratios of 0.0 beside an acceptance of 0.8 and no error. Now the total's figures
+    stand, the per-position ratios are withdrawn, every pass counts invalid_value, and the log says it once."""
+    f = FakeFetcher()
+    clock = FakeClock()
+    s = fake_scraper(f, clock, window=10)
+
+    def lying(n: int) -> dict[str, float]:  # positions 0 to 3 rise by pos(n) (a server's by 2 n)
+        return {POS % p: float(v) + (pos(n) if p < 4 else 0) for p, v in BASE_POS.items()}
+
+    def agreeing(n: int) -> dict[str, float]:  # from the lie's last levels on, rising as a server's do
+        return {POS % p: v + (2 * (n - 2) if p < 4 else 0) for p, v in enumerate(lying(2).values())}
+
+    with caplog.at_level(logging.INFO, logger="specops.exporter"):
+        for n in range(3):
+            serve(f, {**counters(n), **lying(n)})
+            w = s.scrape_once().window
+            clock.advance(5)
+        assert (w.acceptance_ratio, w.mean_acceptance_length, w.decode_tokens_per_second) == (0.8, 5.0, 50.0)
+        assert w.acceptance_by_position == {} and BY_POSITION not in exported(s)
+        assert "llamacpp_spec_acceptance_ratio" in exported(s)
+        assert errors(s) == {("metrics", "invalid_value"): 2}  # the two passes with a window
+        for n in range(3, 6):  # the server's counters agree again: once the window holds only those, so do we
+            serve(f, {**counters(n), **agreeing(n)})
+            w = s.scrape_once().window
+            clock.advance(5)
+    assert errors(s) == {("metrics", "invalid_value"): 3}  # the window of the first of them still held a lie
+    assert w.acceptance_by_position == {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 0.0, 5: 0.0, 6: 0.0, 7: 0.0}
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("metrics:")]
+    assert lines == [f"metrics: invalid_value: /metrics: counters contradict each other: {why} over the window: "
+                     "per-position acceptance withdrawn", "metrics: ok again after 15.0 s (was invalid_value)"]
+
+
+def window_of(*passes: dict[str, float]) -> CounterWindow:
+    w = CounterWindow(1e6)
+    for t, values in enumerate(passes):
+        w.observe(float(t), values, "metrics")
+    return w
+
+
+def test_positions_agree_with_the_total_within_the_printing_only():
+    both = {ACC: 100.0, "pos0": 60.0, "pos1": 40.0}
+    assert positions_disagree(window_of(both, {ACC: 108.0, "pos0": 64.0, "pos1": 44.0}), ["pos0", "pos1"]) is None
+    assert positions_disagree(window_of(both, {ACC: 108.0, "pos0": 64.0, "pos1": 45.0}), ["pos0", "pos1"])  # 9 ≠ 8
+    assert positions_disagree(window_of(both, {ACC: 108.0, "pos0": 64.0, "pos1": 43.0}), ["pos0", "pos1"])  # 7 ≠ 8
+    assert positions_disagree(window_of(both, {ACC: 100.0, "pos0": 60.0, "pos1": 40.0}), ["pos0", "pos1"]) is None
+    assert positions_disagree(window_of(both), ["pos0", "pos1"]) is None  # one pass: nothing to compare
+    assert positions_disagree(window_of({ACC: 1.0}, {ACC: 5.0}), []) is None  # a build without the series
+    # llama-server prints six significant digits: 1234567 reads 1.23457e+06, up to 5 tokens off
+    assert printed_error(999_999) == 0.0 and printed_error(1_234_570) == 5.0 and printed_error(12_345_700) == 50.0
+    big = {ACC: 1.23457e6, "pos0": 400_000.0, "pos1": 834_570.0}
+    later = {ACC: 1.23458e6, "pos0": 400_004.0, "pos1": 834_574.0}  # 8 accepted, printed as 10 more
+    assert positions_disagree(window_of(big, later), ["pos0", "pos1"]) is None
+    frozen = {ACC: 1.23462e6, "pos0": 400_000.0, "pos1": 834_570.0}  # 50 more, positions still: beyond rounding
+    assert positions_disagree(window_of(big, frozen), ["pos0", "pos1"])
 
 
 def test_nan_or_negative_counters_are_invalid_values_and_give_no_figure():

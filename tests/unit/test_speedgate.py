@@ -14,6 +14,7 @@ from specops.speedgate import (
     SpeedGateError,
     break_even,
     judge,
+    measured_at,
     message,
     mode_from_fit,
 )
@@ -55,9 +56,40 @@ def test_speculation_that_pays_is_kept_and_min_ratio_raises_the_bar() -> None:
 def test_a_pass_for_a_service_with_several_slots_says_it_was_measured_one_request_at_a_time() -> None:
     p = probe({SPEC: [18.0, 19.0, 17.0], PLAIN: [12.0, 12.5, 11.5]})
     r = judge(p, p, SPEC, PLAIN)
-    assert "one request at a time" not in message(r, "fallback", "svc", parallel=1)
+    assert "--parallel" not in message(r, "fallback", "svc", parallel=1)
     line = message(r, "fallback", "svc", parallel=4)
     assert "keeps it" in line and "--parallel 4" in line and "specops saturate" in line
+    assert line.count("one request at a time") == 1  # said once, in the head, not again in the note
+
+
+AT_ONE = "at 1 stream (one request at a time)"
+
+
+@pytest.mark.parametrize("rates, verdict", [
+    ({SPEC: [18.0, 19.0, 17.0], PLAIN: [12.0, 12.5, 11.5]}, "pays"),
+    ({SPEC: [6.0, 6.6, 5.4, 6.0], PLAIN: [12.0, 12.0, 12.0, 12.0]}, "loses"),
+    ({SPEC: [16.0, 17.0, 16.5, 16.4], PLAIN: [1.2, 9.0, 2.5, 5.0]}, "unproven"),  # too wide
+    ({SPEC: [6.0], PLAIN: [12.0]}, "unproven"),  # one prompt: no ratio in the head
+])
+@pytest.mark.parametrize("action", ["fallback", "warn", "fail"])
+@pytest.mark.parametrize("parallel", [None, 1, 4])
+def test_every_verdict_line_says_the_concurrency_it_measured_at(rates: dict, verdict: str, action: str,
+                                                               parallel: int | None) -> None:
+    """Issue 51: the losing line said nothing of concurrency, only the winning one (and only for --parallel > 1)."""
+    p = probe(rates)
+    r = judge(p, p, SPEC, PLAIN)
+    assert r["verdict"] == verdict and r["streams"] == 1 and r["concurrency"] == AT_ONE == measured_at()
+    line = message(r, action, "svc", parallel=parallel)
+    assert f"{AT_ONE}: " in line, line  # right before the verdict, the same words whatever it is
+    assert line.count("one request at a time") == 1, line
+
+
+def test_the_concurrency_is_said_as_measured() -> None:
+    assert measured_at(1) == AT_ONE
+    assert measured_at(4) == "at 4 streams (4 requests at a time)"
+    p = probe({SPEC: [6.0, 6.6, 5.4, 6.0], PLAIN: [12.0, 12.0, 12.0, 12.0]})
+    line = message({**judge(p, p, SPEC, PLAIN), "streams": 4}, "fallback", "svc")
+    assert "at 4 streams (4 requests at a time): SPECULATION LOSES" in line
 
 
 def test_one_after_the_other_judges_two_runs() -> None:

@@ -25,6 +25,16 @@ def test_candidates_follow_the_build_and_the_models():
     assert probes.candidates([2], False, TYPES, [], with_default=False) == []
 
 
+def test_llama_cpps_default_is_measured_once_where_it_is_a_known_ngram_type():
+    """At 0c1e57098 --spec-default is ngram-mod with ngram-mod's own defaults (common/arg.cpp, common/common.h): one
+    server, probed and measured once under exact-ngram-mod."""
+    pinned = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    got = probes.candidates([2], False, TYPES, None, commit=pinned)
+    assert "exact-spec-default" not in got and got.count("exact-ngram-mod") == 1
+    assert probes.candidates([2], False, TYPES, [], commit=pinned) == ["exact-ngram-mod"]
+    assert probes.candidates([2], False, TYPES, [], commit="4227c9be4") == ["exact-spec-default"]
+
+
 def test_every_ngram_type_has_a_place_in_the_probe_order():
     from specops.knobs import NGRAM_TYPES
 
@@ -105,6 +115,12 @@ def test_a_ceiling_slower_than_the_server_itself_is_named():
     s2 = SimpleNamespace(lengths=lengths, names=s.names, open=[])
     _predict(s2, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), found, True)
     assert s2.open == []
+    # no draft-model probe (the ceiling ruled the draft out on a CPU): the round terms cannot be fitted, and the
+    # record says which terms the n-gram predictions lack
+    plain_only = {n: r for n, r in found.items() if n == "exact-baseline"}
+    s3 = SimpleNamespace(lengths=lengths, names=["exact-baseline"], open=[])
+    _predict(s3, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), plain_only, False)
+    assert len(s3.open) == 1 and "missing from the predictions: per round, per drafted token" in s3.open[0]
 
 
 def test_models_that_do_not_fit_are_refused_in_one_line(tmp_path, capsys, monkeypatch):

@@ -5,11 +5,15 @@ stale (specops.tune.deploy, specops.tune.record, the role's filters)."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from specops.bench.runner import Progress
+from specops.commands import tune as tune_command
 from specops.tune import deploy, record
 from tests.unit.by_path import load
 
@@ -85,9 +89,37 @@ def test_apply_sets_only_what_was_left_open():
     assert "explicit settings win: llama_server_draft_n_max=4 kept" in a.message
 
 
-def test_apply_plain_sets_nothing_and_leaves_the_profile_to_the_speed_gate():
-    a = deploy.apply(_result("plain", {"llama_server_spec_type": "none"}, None), "auto", None)
-    assert a.vars == {} and "the speed gate judges it" in a.message
+@pytest.mark.parametrize("n_max", [None, 4])
+def test_apply_plain_with_the_kind_left_open_serves_plain_decoding(n_max):
+    """Plain decoding as the answer (measured, or nothing predicted to pay) is what the unit serves: spec type none,
+    no speculative profile installed for the speed gate to measure and replace (an explicit length changes nothing)."""
+    a = deploy.apply(_result("plain", {"llama_server_spec_type": "none"}, None), "auto", n_max)
+    assert a.vars == {"llama_server_spec_type": "none"} and not a.kept
+    assert ("no candidate pays here (r): plain decoding is served (llama_server_spec_type=none); the speed gate has "
+            "nothing to judge") in a.message
+    # an older record naming no variables: plain is still spec type none
+    assert deploy.apply(_result("plain", {}, None), "auto", None).vars == {"llama_server_spec_type": "none"}
+
+
+def test_apply_plain_with_an_explicit_kind_keeps_it_for_the_speed_gate():
+    """draft-simple set in the inventory, only the length left open: the configured kind stays and the gate judges
+    it (the tune must not override what the inventory set)."""
+    a = deploy.apply(_result("plain", {"llama_server_spec_type": "none"}, None), "draft-simple", None)
+    assert a.vars == {} and a.kept == {"llama_server_spec_type": "draft-simple"}
+    assert "explicit settings win: llama_server_spec_type=draft-simple kept" in a.message
+    assert "the speed gate judges it" in a.message
+
+
+def test_a_plain_answer_composes_a_profile_without_the_draft_model():
+    """What profile.yml composes from the tune's plain answer: spec type none; the unit's draft model is chosen by
+    specops_uses_draft_model, which loads none for it."""
+    tuned = specops_tune_apply(_result("plain", {"llama_server_spec_type": "none"}, None), "auto", None)["vars"]
+    names = specops_knob_vars(None)
+    values = [None] * len(names)
+    values[names.index("llama_server_spec_type")] = "auto"
+    prof = specops_knob_profile(values, "cpu", tuned)
+    assert prof["spec_type"] == "none"
+    assert _KNOBS.specops_uses_draft_model("auto") and not _KNOBS.specops_uses_draft_model(prof["spec_type"])
 
 
 def test_apply_refuses_a_record_without_a_choice():
@@ -143,6 +175,50 @@ def test_the_key_moves_with_what_the_result_depends_on(tmp_path: Path):
     (tmp_path / "t.gguf").write_bytes(b"y" * 11)  # a new target file
     assert "target" in record.changed(first, record.facts(prefix, "cpu", _args(tmp_path)))
     assert first["device"].startswith("cpu: ")
+
+
+def test_the_services_slots_are_in_the_key(tmp_path: Path):
+    """Issue 51: with llama_server_parallel 4 a one-stream result was reused silently; another N tunes again and
+    says "parallel changed"."""
+    prefix = tmp_path / "llama"
+    prefix.mkdir()
+    (prefix / "build-info.json").write_text(json.dumps({"build_id": "b1", "backend": "cpu"}))
+    one = record.facts(prefix, "cpu", _args(tmp_path, parallel=1))
+    assert one["parallel"] == 1
+    assert record.facts(prefix, "cpu", _args(tmp_path)) == one  # not given (no --parallel): 1
+    assert record.facts(prefix, "cpu", _args(tmp_path, parallel=None)) == one
+    four = record.facts(prefix, "cpu", _args(tmp_path, parallel=4))
+    assert four["parallel"] == 4 and record.key(four) != record.key(one)
+    assert record.changed(one, four) == ["parallel"] and record.changed(four, one) == ["parallel"]
+    assert record.changed(four, record.facts(prefix, "cpu", _args(tmp_path, parallel=4))) == []
+    # a result written before the fact: the slots it was tuned for are unknown, so it is tuned again, saying why
+    older = {k: v for k, v in one.items() if k != "parallel"}
+    assert record.changed(older, one) == ["parallel"] and record.key(older) != record.key(one)
+
+
+def test_parallel_is_a_number_of_slots():
+    p = argparse.ArgumentParser()
+    p.add_argument("--parallel", type=record.parallel_arg, default=1)
+    assert p.parse_args([]).parallel == 1 and p.parse_args(["--parallel", "4"]).parallel == 4
+    for bad in ("0", "-1", "None", "four"):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--parallel", bad])
+
+
+def test_reuse_tunes_again_when_the_slots_changed(tmp_path: Path):
+    """specops tune --reuse with another --parallel than its result's: not reused, "parallel changed" said and
+    kept in retuned_because."""
+    prefix = tmp_path / "llama"
+    prefix.mkdir()
+    (prefix / "build-info.json").write_text(json.dumps({"build_id": "b1", "backend": "cpu"}))
+    one = record.facts(prefix, "cpu", _args(tmp_path, parallel=1))
+    old = tmp_path / "tune.json"
+    old.write_text(json.dumps({"chosen": "plain", "key": record.key(one), "facts": one, "when": "then"}))
+    said = io.StringIO()
+    s = SimpleNamespace(facts=record.facts(prefix, "cpu", _args(tmp_path, parallel=4)), retuned=[],
+                        progress=Progress(stream=said))
+    assert tune_command._reused(s, argparse.Namespace(reuse=old, out=None)) is False
+    assert s.retuned == ["parallel"] and "(parallel changed): tuning again" in said.getvalue()
 
 
 def test_previous_reads_only_a_tune_result(tmp_path: Path):

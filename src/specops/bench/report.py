@@ -265,9 +265,14 @@ def _md_verdict(d: _Doc) -> list[str]:
             conf = "yes" if pk.confident else f"no: {len(pk.unsettled)} unsettled"
             w(f"| {wl} | {arm} | {_sp(pk.speedup)} | {pk.gate.reason} | {conf} | {pk.reason} |")
     w("")
-    w("The speedups here and every conclusion are for **this task set** (its tasks drawn without replacement: "
-      "with all of them in, only measurement noise is left), the question the recommendation answers. Where one "
-      "*new* task of a workload may land is wider: the 'a new task' column of the results tables.\n")
+    if d.dz.get("fpc"):
+        w("The speedups here and every conclusion are for **this task set** (`--fixed-set`: its tasks drawn without "
+          "replacement, with all of them in only measurement noise is left). Where one *new* task of a workload may "
+          "land is wider: the 'a new task' column of the results tables.\n")
+    else:
+        w("The intervals here and every conclusion speak for **the workload's traffic**, not only these tasks: the "
+          "tasks' own spread and the measurement noise both count in full (no finite-population correction). Where "
+          "one single *new* task may land is wider still: the 'a new task' column of the results tables.\n")
     return L
 
 
@@ -475,11 +480,16 @@ def _md_method(d: _Doc) -> list[str]:
       + ". An arm's ratio in a block is its decode rate ÷ the geometric mean of the baselines' in the same block "
       "(both while the A/A check runs, the baseline's after it settled), so drift of the machine cancels. Per "
       "task the ratios are averaged over repetitions; the speedup is their geometric mean over tasks with a "
-      "Student-t 95% interval. The interval is for this task set: its tasks are drawn without replacement in "
-      "a random order, so the spread between tasks counts with the finite-population correction (1 − n/N) and "
-      "the measurement noise (estimated from the A/A pairs) in full; with every task in, only measurement noise "
-      "is left. That interval is the one every conclusion and the recommendation use: it says how fast the arm is "
-      "on this task set. *A new task* is the other question: where one more task of the same workload, not in "
+      "Student-t 95% interval. "
+      + ("The interval is for this task set (`--fixed-set`): its tasks are drawn without replacement in "
+         "a random order, so the spread between tasks counts with the finite-population correction (1 − n/N) and "
+         "the measurement noise (estimated from the A/A pairs) in full; with every task in, only measurement noise "
+         "is left. That interval is the one every conclusion and the recommendation use: it says how fast the arm "
+         "is on this task set. " if dz.get("fpc") else
+         "The interval speaks for the workload (the tasks are a sample of its traffic): the spread between tasks "
+         "and the measurement noise count in full, with no finite-population correction; every conclusion and the "
+         "recommendation use it. ")
+      + "*A new task* is the other question: where one more task of the same workload, not in "
       "the set, may land (a Student-t prediction interval on the per-task log ratios, exp(m ± t·s·√(1 + 1/n)), "
       "no finite-population correction); it is wide when tasks differ, and a gain confident on the set can still "
       "be a loss on a task of your own. For your own traffic, run the bench with your own tasks (`--tasks`). The "

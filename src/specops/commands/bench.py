@@ -554,10 +554,11 @@ def _run_blocks(cfg: BenchConfig, lineup: _Lineup, design: Design, store: Result
                                          "status": {}})
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
+    """``progress``: where the blocks are reported (default: stderr; specops tune passes its own)."""
     work = args.work_dir or cache_dir() / "bench" / args.run_name
     store = ResultStore(work)
-    progress = Progress(quiet=args.quiet)
+    progress = progress or Progress(quiet=args.quiet)
     if args.report_only:
         try:
             return _report(args, store)

@@ -37,7 +37,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
-from specops.tune import decide, evidence, probes, quiet, record
+from specops.tune import decide, evidence, probes, progress, quiet, record
 
 NAME = "tune"
 HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
@@ -117,7 +117,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="an earlier result: when the build, the models, the device and the settings that matter are "
                         "the same as its own, print it and measure nothing (the deploy's auto-tune); else tune and "
                         "say what changed")
+    p.add_argument("--parallel", type=record.parallel_arg, default=1, metavar="N",
+                   help="the service's slots (llama_server_parallel): part of what --reuse compares, so another N "
+                        "tunes again; the measurement itself is one request at a time (default 1)")
     p.add_argument("--quiet", action="store_true")
+    progress.add_argument(p)
 
 
 def _err(msg: str) -> None:
@@ -153,6 +157,7 @@ class Setup:
     open: list[str] = field(default_factory=list)
     retuned: list[str] = field(default_factory=list)  # what moved since the --reuse result (tuned again)
     phases: dict[str, float] = field(default_factory=dict)
+    meter: progress.ProgressFile = field(default_factory=progress.ProgressFile)  # --progress-file
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -192,7 +197,7 @@ def _setup(args: argparse.Namespace) -> Setup:
         raise TuneError(f"this build has no speculative type {', '.join(missing)} (it lists: "
                         f"{', '.join(caps.spec_types) or 'none'}); nothing was changed")
     has_default = bool(caps.has(str(knob("spec_type").for_value("default")))) and not args.no_default
-    names = probes.candidates(lengths, args.draft is not None, caps.spec_types, ngram, has_default)
+    names = probes.candidates(lengths, args.draft is not None, caps.spec_types, ngram, has_default, caps.commit)
     if not names:
         raise TuneError("no candidate: give --draft, or leave --ngram at auto on a build with n-gram types")
     try:
@@ -260,10 +265,12 @@ def _run_probes(s: Setup, has_draft: bool) -> dict[str, probes.ProbeResult]:
     the probes' share of the budget lasts."""
     out: dict[str, probes.ProbeResult] = {}
     essential = {probes.PLAIN_ARM, probes.draft_candidate(max(s.lengths))}
-    for name in _probe_names(s, has_draft):
+    names = _probe_names(s, has_draft)
+    for i, name in enumerate(names, 1):
         if name not in essential and time.monotonic() >= s.probe_until:
             s.open.append(f"{name}: not probed (the probes' share of the budget was spent)")
             continue
+        s.meter.update("probes", f"{name} ({i}/{len(names)})", s.left())
         out[name] = probes.probe(name, s.cfg, s.store, s.probe_tasks, s.progress.note)
     plain = out.get(probes.PLAIN_ARM)
     if plain is None or plain.error or plain.run.n_tokens <= 0:
@@ -277,6 +284,7 @@ def _bracket(s: Setup, out: dict[str, probes.ProbeResult], first: probes.ProbeRe
     """The plain server once more after the other probes: the probes ran one after another, so a host whose speed
     moved meanwhile (another process's load) would skew every prediction. Both plain runs count; a drift beyond
     MAX_DRIFT is said (the side-by-side measurement, paired, is not affected)."""
+    s.meter.update("probes", "plain decoding again (did the host's speed move meanwhile?)", s.left())
     again = probes.probe(probes.PLAIN_ARM, s.cfg, s.store, s.probe_tasks, s.progress.note)
     if again.error or again.run.n_tokens <= 0 or again.run.seconds <= 0:
         s.open.append(f"the plain server's second probe failed ({again.error or 'nothing generated'}): drift unknown")
@@ -317,13 +325,22 @@ def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
     draft_runs = [found[n].run for n in (probes.draft_candidate(max(s.lengths)), probes.draft_candidate(
         min(s.lengths))) if n in found and not found[n].error]
     plain = found[probes.PLAIN_ARM].run
-    if costs.target_step_s > STEP_SLACK * plain.seconds_per_token:
+    ceiling_slower = costs.target_step_s > STEP_SLACK * plain.seconds_per_token
+    if ceiling_slower:
         s.open.append(f"llama-bench's single-token step ({costs.target_step_s * 1e3:.1f} ms) is slower than the plain "
                       f"server's whole time per token ({plain.seconds_per_token * 1e3:.1f} ms): the ceiling does not "
                       "price this server (too few repetitions, other load?), so the server-overhead terms are 0 and "
                       "the predictions rest on llama-bench's relative costs alone; only the side-by-side measurement "
                       "decides")
     over = fit_overheads(costs, plain, draft_runs)
+    missing = (["per token"] if over.per_token <= 0 else []) + (["per round", "per drafted token"]
+                                                                if not over.runs else [])
+    if missing and not ceiling_slower:
+        why = ("no draft-model probe ran to fit the round terms on (the ceiling ruled the draft model out, or there "
+               "is none)" if not over.runs else "llama-bench's step is no faster than the plain server's per token")
+        s.open.append(f"server-overhead terms missing from the predictions: {', '.join(missing)} ({why}); an n-gram "
+                      "candidate's prediction then carries none of the server's own cost of a round, so it reads "
+                      "high (14–21% on the 2-core CPU, 2026-11-27): only the side-by-side measurement decides")
     longest = found.get(probes.draft_candidate(max(s.lengths))) if has_draft else None
     draft_probe = (decide.Probe(longest.arm, longest.run, longest.per_pos, max(s.lengths))
                    if longest and not longest.error and longest.run.drafts > 0 else None)
@@ -370,7 +387,8 @@ def _measure(s: Setup, args: argparse.Namespace, chosen: list[str],
         argv.append("--quiet")
     parser = argparse.ArgumentParser(prog="specops bench")
     bench_command.add_arguments(parser)
-    rc = bench_command.run(parser.parse_args(argv))
+    s.meter.update("measure", f"{', '.join(chosen)} side by side with plain decoding", s.left())
+    rc = bench_command.run(parser.parse_args(argv), progress.MeasureProgress(s.meter, s.left, quiet=args.quiet))
     raw = s.work / "measure-assets" / "results.json"
     if rc != 0 or not raw.exists():
         s.open.append(f"the side-by-side measurement ended with exit {rc}: see {s.work / 'measure'}")
@@ -475,7 +493,8 @@ def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: l
         "models": {"target": str(args.target), "target_size": Path(args.target).stat().st_size,
                    "draft": str(args.draft) if args.draft else None,
                    "draft_size": Path(args.draft).stat().st_size if args.draft else None},
-        "concurrency": "one stream: the figures are for one request at a time (one server slot)",
+        "concurrency": "one stream: the figures are for one request at a time (one server slot); the service runs "
+                       f"{args.parallel} slot(s)",
         "work_dir": str(s.work), "facts": s.facts, "key": record.key(s.facts),
         "retuned_because": s.retuned,
     }
@@ -495,6 +514,7 @@ def _reused(s: Setup, args: argparse.Namespace) -> bool:
         print(f"\nchosen: {old['chosen']} — {old.get('reason', '')}\nreused: the result of {old.get('when', '?')} "
               f"(the build, the models, the device and the settings are the same)")
         print(f"variables: {json.dumps(old.get('vars') or {})}")
+        s.meter.done(f"reused the result of {old.get('when', '?')}: {old['chosen']}")
         return True
     s.progress.note(f"tune: the result of {old.get('when', '?')} is stale ({', '.join(moved) or 'its key'} changed): "
                     "tuning again")
@@ -510,6 +530,8 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     stops it before a choice can be made)."""
     s.progress.note(f"tune: {len(s.names)} candidates ({', '.join(s.names)}), budget {args.budget:g} min; "
                     f"work in {s.work}")
+    s.meter.update("ceiling", f"llama-bench prices a verification batch and a draft step ({len(s.names)} "
+                   "candidates)", s.left())
     costs, ceiling_data = _ceiling(s, args)
     s.store.save_json("ceiling.json", ceiling_data)
     t = s.phase("ceiling", s.started)
@@ -517,13 +539,17 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     found = _run_probes(s, args.draft is not None and not pruned)
     t = s.phase("probes", t)
     over, preds = _predict(s, costs, found, args.draft is not None and not pruned, pruned)
-    shortlisted, dropped = decide.shortlist(preds, args.top, args.margin, always=(probes.DEFAULT_ARM,))
+    shortlisted, dropped = decide.shortlist(preds, args.top, args.margin, always=(
+        probes.engine_default(s.caps.commit) or probes.DEFAULT_ARM,))
     s.open += [f"{n}: {why}" for n, why in dropped.items() if why.endswith("stays open")]
     compared = [p.name for p in preds if args.measure_all and p.predicted is not None and p.name not in shortlisted]
+    s.meter.update("predictions", f"{len(preds)} candidates predicted, shortlisted: {', '.join(shortlisted) or 'none'}",
+                   s.left())
     bench = None
     if (shortlisted or compared) and not args.predict_only:
         bench = _measure(s, args, shortlisted + compared, found[probes.PLAIN_ARM].run.seconds_per_token)
         s.phase("measure", t)
+    s.meter.update("choose", "from the paired blocks" if bench is not None else "nothing measured", s.left())
     measured, choice, per_wl = _decide(s, args, bench, shortlisted, shortlisted + compared)
     unmeasured = [n for n in shortlisted if n not in {m.name for m in measured}]
     if bench is not None and unmeasured:
@@ -563,6 +589,7 @@ def _watched(s: Setup, args: argparse.Namespace) -> tuple[dict[str, Any] | None,
     if not args.service_url:
         return _tune(s, args), ""
     with LlamaServerClient(args.service_url, api_key=quiet.read_key(args.api_key_file) or None) as client:
+        s.meter.update("waiting", f"for the service at {args.service_url} to be idle", s.left())
         idle, waited = quiet.wait_idle(client, args.idle_timeout)
         if not idle:
             return None, (f"the service at {args.service_url} stayed busy for {waited:.0f} s "
@@ -576,13 +603,17 @@ def _watched(s: Setup, args: argparse.Namespace) -> tuple[dict[str, Any] | None,
 
 
 def run(args: argparse.Namespace) -> int:
+    meter = progress.ProgressFile(args.progress_file)
+    meter.update("starting", "the build, the models, the memory fit", args.budget * 60)
     try:
         s = _setup(args)
+        s.meter = meter
         if args.reuse and _reused(s, args):
             return 0
         result, unproven = _watched(s, args)
     except TuneError as exc:
         _err(str(exc))
+        meter.stopped(str(exc))
         return 2
     s.store.root.mkdir(parents=True, exist_ok=True)
     if result is not None:
@@ -594,5 +625,8 @@ def run(args: argparse.Namespace) -> int:
         _print(result, s, args)
     if unproven:
         print(f"unproven: {unproven}; no choice was made and {args.out or 'no record'} was left as it was")
+        meter.stopped(f"unproven: {unproven}")
         return UNPROVEN
+    if result is not None:
+        meter.done(f"chose {result['chosen']} in {result['elapsed_s']:.0f} s")
     return 0

@@ -17,7 +17,8 @@ Design (see also roles/exporter/README.md):
   contradict each other (accepted rising faster than drafted, ...: counted as ``invalid_value`` and refused),
   a counter going backwards, a jump back to the level from before such a decrease, or a PID change restarts
   the window for all of them; they are absent while the server is down and without two good passes within
-  twice the window.
+  twice the window. Per-position counters that do not add up to the accepted total over the window (standing
+  still while it rises) withdraw the per-position figures only, counted as ``invalid_value`` too.
   ``llamacpp_exporter_last_success_timestamp_seconds`` says when /metrics was last read whole.
 * **Unknown is not off** (:mod:`~specops.exporter.speculation`). Whether the server should speculate is
   on / off / unknown, from its command line first and /slots second (remembered until a restart);

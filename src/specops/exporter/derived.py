@@ -14,11 +14,19 @@ tokens nor stay put while tokens are accepted, and no draft position can be acce
 were steps, nor all positions together more often than tokens were accepted. A pass whose increases break one
 of these is counted as an ``invalid_value`` error by the caller and restarts the window without itself: no
 figure is ever computed from it (a clamped 1.0 would hide the lie).
+
+**Per-position figures agree with the total** (:func:`positions_disagree`). Every accepted draft token is accepted
+at one draft position, so over the window the per-position counters rise by what the accepted total rises by. When
+they do not (they stand still while the total rises, or sum to more or less beyond the rounding of llama-server's
+printed values), the per-position ratios are withdrawn, not the whole window (the total's own figures stand), and
+the caller counts an ``invalid_value`` error, as for a refused pass (issue 51: per-position ratios of 0.0 beside an
+acceptance of 0.8, with no error).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from specops.exporter.llama_metrics import PER_POS_NAME, SPEC_KEYS, ServerMetrics
@@ -80,9 +88,38 @@ def contradiction(previous: Mapping[str, float], values: Mapping[str, float], so
     over = sorted((int(key.removeprefix(_POS)), r) for key, r in positions.items() if r > steps)
     if over:
         return f"draft position {over[0][0]} accepted {over[0][1]:g} times in {steps:g} verification steps"
-    if accepted is not None and sum(positions.values()) > accepted:
+    levels = [(previous.get(key, 0.0), values[key]) for key in (ACCEPTED, *positions) if key in values]
+    if accepted is not None and sum(positions.values()) - accepted > rounding(levels, accepted):
         return f"accepted tokens by position rose by {sum(positions.values()):g} but accepted tokens by {accepted:g}"
     return None
+
+
+def printed_error(value: float) -> float:
+    """How far a counter's value as llama-server prints it may be from the count: it writes six significant digits
+    (C++ ``ostream``'s default), so a count below 10^6 is exact and one above is off by up to half a unit of its
+    sixth digit (1234567 reads 1.23457e+06)."""
+    v = abs(value)
+    return 0.0 if v < 1e6 else 0.5 * 10.0 ** (math.floor(math.log10(v)) - 5)
+
+
+def rounding(levels: Iterable[tuple[float, float]], rose: float) -> float:
+    """How far two sums of increases between these levels (first, last) may differ from the printing alone."""
+    return sum(printed_error(a) + printed_error(b) for a, b in levels) + 1e-9 * max(1.0, abs(rose))
+
+
+def positions_disagree(window: CounterWindow, positions: Iterable[str]) -> str | None:
+    """Why the per-position counters' increases over ``window`` cannot add up to the accepted total's, or None
+    when they do (within the rounding of the printed values) or there is nothing to compare."""
+    total = window.ends(ACCEPTED)
+    ends = [e for key in positions if (e := window.ends(key)) is not None]
+    if total is None or not ends:
+        return None
+    rose, by_position = total[1] - total[0], sum(last - first for first, last in ends)
+    if abs(by_position - rose) <= rounding((total, *ends), rose):
+        return None
+    # one wording whatever the numbers (0 when they stood still): the log says it once (statelog.message_key)
+    return (f"accepted tokens by position rose by {by_position:g} but accepted tokens by {rose:g} over the window: "
+            "per-position acceptance withdrawn")
 
 
 def _share(n: float | None) -> float | None:
@@ -97,7 +134,7 @@ class DerivedSeries:
 
     def update(self, now: float, values: dict[str, float] | None, source: str,
                restarted: bool) -> tuple[WindowFigures, str | None]:
-        """The figures after this pass, and why the pass was refused (None: it was not)."""
+        """The figures after this pass, and why the pass was refused or a figure withdrawn (None: neither)."""
         if values is None:
             self.window.restart()
             return WindowFigures(), None
@@ -107,24 +144,25 @@ class DerivedSeries:
             self.window.refuse(values, source)
             return WindowFigures(), problem
         self.window.observe(now, values, source, reset=restarted)
-        return self._figures(now, values), None
+        return self._figures(now, values)
 
-    def _figures(self, now: float, values: dict[str, float]) -> WindowFigures:
+    def _figures(self, now: float, values: dict[str, float]) -> tuple[WindowFigures, str | None]:
         valid_until = self.window.live_until()
         if valid_until < now:
-            return WindowFigures()
+            return WindowFigures(), None
         w = self.window
         drafts_ratio = w.ratio(ACCEPTED, DRAFTS)
+        positions = [key for key in values if key.startswith(_POS)]
+        withdrawn = positions_disagree(w, positions)
         per_pos: dict[int, float] = {}
-        for key in values:
-            if key.startswith(_POS):
-                r = _share(w.ratio(key, DRAFTS))
-                if r is not None:
-                    per_pos[int(key.removeprefix(_POS))] = r
+        for key in [] if withdrawn else positions:
+            r = _share(w.ratio(key, DRAFTS))
+            if r is not None:
+                per_pos[int(key.removeprefix(_POS))] = r
         return WindowFigures(
             acceptance_ratio=_share(w.ratio(ACCEPTED, DRAFT_TOKENS)),
             mean_acceptance_length=None if drafts_ratio is None else 1.0 + drafts_ratio,
             decode_tokens_per_second=w.ratio(PREDICTED, PREDICTED_SECONDS),
             acceptance_by_position=per_pos,
             valid_until=valid_until,
-        )
+        ), withdrawn

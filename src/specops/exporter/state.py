@@ -343,7 +343,9 @@ class Scraper:
         values = pass_values(snap.metrics, snap.spec_counters(), spec_source)
         window, refused = self.derived.update(now, values, spec_source, restarted)
         snap = replace(snap, window=window)
-        if refused is not None:  # counters that contradict each other: counted, and no figure from them
+        # counters that contradict each other: counted, and no figure from them (a refused pass: none at all;
+        # per-position counters against the accepted total: no per-position figure)
+        if refused is not None:
             self.selfm.error("metrics", "invalid_value", f"/metrics: counters contradict each other: {refused}")
         elif self._metrics_clean:
             self.selfm.ok("metrics")

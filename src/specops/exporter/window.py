@@ -113,11 +113,16 @@ class CounterWindow:
             return float("-inf")
         return self._points[-2].t + 2 * self.seconds
 
-    def increase(self, name: str) -> float | None:
-        """Increase of ``name`` across the segment; None without two points."""
+    def ends(self, name: str) -> tuple[float, float] | None:
+        """``name`` at the segment's first and last point; None without two points."""
         if len(self._points) < 2 or name not in self._points[-1].values:
             return None
-        return self._points[-1].values[name] - self._points[0].values[name]
+        return self._points[0].values[name], self._points[-1].values[name]
+
+    def increase(self, name: str) -> float | None:
+        """Increase of ``name`` across the segment; None without two points."""
+        ends = self.ends(name)
+        return None if ends is None else ends[1] - ends[0]
 
     def ratio(self, num: str, den: str) -> float | None:
         n, d = self.increase(num), self.increase(den)

@@ -3,7 +3,9 @@ deploy applies, and the summary the speed gate's record keeps.
 
 Explicit settings win: the tune chooses only what the inventory left to it, ``llama_server_spec_type: auto`` (the
 kind: the draft model or an n-gram type or llama.cpp's ``default``) and ``llama_server_draft_n_max: null`` (the
-draft length). With both set the tune does not run; with one set it chooses the other around it.
+draft length). With both set the tune does not run; with one set it chooses the other around it. Plain decoding as
+its answer, with the kind left open, is what the unit serves (``llama_server_spec_type: none``): the deploy restarts
+once into it, and the speed gate judges only a speculative profile (the tune's choice, or a kind the inventory set).
 """
 
 from __future__ import annotations
@@ -78,15 +80,26 @@ class Applied:
 
 def apply(result: Mapping[str, Any], spec_type: object, draft_n_max: object) -> Applied:
     """The role variables the deploy takes from a tune result: only those the inventory left open (spec type
-    ``auto``, draft length null). Plain decoding as the tune's choice sets nothing: the configured profile goes to
-    the speed gate, which serves plain decoding when it loses (llama_server_speed_gate: fallback)."""
+    ``auto``, draft length null).
+
+    Plain decoding as the tune's answer (no candidate measured confidently faster, or none predicted to pay: the
+    ceiling ruled the draft model out and nothing else cleared the margin) is served directly where the kind was
+    left open: ``llama_server_spec_type: none``, so the unit loads no draft model, the deploy restarts once into it
+    and the speed gate has nothing to judge (no speculative unit installed, measured, then replaced). Where the
+    inventory set the kind (draft-simple with only the length open) that kind stays, with the role's draft length,
+    and the speed gate judges it (``llama_server_speed_gate``)."""
     chosen = str(result.get("chosen") or "")
     if not chosen:
         raise ValueError("the tune's record names no choice")
     head = f"tune ({result.get('when', '?')}): "
     if chosen == PLAIN:
-        return Applied({}, {}, head + f"no candidate pays here ({result.get('reason', '')}); the configured profile "
-                                      "is deployed and the speed gate judges it")
+        pays = f"no candidate pays here ({result.get('reason', '')})"
+        if spec_type == "auto":
+            return Applied({SPEC_TYPE: "none"}, {}, head + f"{pays}: plain decoding is served ({SPEC_TYPE}=none); "
+                                                           "the speed gate has nothing to judge")
+        return Applied({}, {SPEC_TYPE: spec_type},
+                       head + f"{pays}; explicit settings win: {SPEC_TYPE}={spec_type} kept: the configured kind is "
+                              "deployed and the speed gate judges it")
     current = {SPEC_TYPE: spec_type, DRAFT_N_MAX: draft_n_max}
     free = {SPEC_TYPE: spec_type == "auto", DRAFT_N_MAX: draft_n_max is None}
     wanted = {k: v for k, v in dict(result.get("vars") or {}).items() if k in TUNABLE}

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from specops.bench.arms import AA, BASELINE
 from specops.bench.stats import Interval, geomean_ratio_ci
 from specops.tune.decide import Choice, Measured, choose
 
@@ -58,11 +59,15 @@ class Blocks:
         return list(dict.fromkeys(a for _, _, tps in self.rows for a in tps))
 
     def task_ratios(self, arm: str, ref: str, workload: str | None = None) -> dict[str, float]:
-        """``{task: geometric mean of arm ÷ ref over the blocks where both ran}``."""
+        """``{task: geometric mean of arm ÷ ref over the blocks where both ran}`` (``ref`` the bench's baseline: the
+        geometric mean of it and its A/A twin where the twin ran in the block, as the bench forms its ratios)."""
         logs: dict[str, list[float]] = {}
         for wl, task, tps in self.rows:
             if (workload is None or wl == workload) and arm in tps and ref in tps:
-                logs.setdefault(f"{wl}/{task}", []).append(math.log(tps[arm] / tps[ref]))
+                base = tps[ref]
+                if ref == BASELINE and arm != AA and AA in tps:  # the A/A twin ran too: both, as the bench does
+                    base = math.sqrt(base * tps[AA])
+                logs.setdefault(f"{wl}/{task}", []).append(math.log(tps[arm] / base))
         return {t: math.exp(sum(v) / len(v)) for t, v in logs.items()}
 
     def interval(self, arm: str, ref: str, workload: str | None = None) -> Interval | None:

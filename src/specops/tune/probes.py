@@ -25,6 +25,16 @@ PLAIN_ARM = "exact-baseline"
 # the n-gram types in the order they are probed when the budget is short: llama.cpp's own default type first
 NGRAM_ORDER = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
 DEFAULT_ARM = "exact-spec-default"
+# what llama.cpp's --spec-default is, per build commit it was read from: at 0c1e57098 (common/arg.cpp) it pushes
+# ngram-mod with n_match 24, n_min 48, n_max 64, which are ngram-mod's own defaults (common/common.h): the same
+# server as ``exact-ngram-mod``, so the tune probes and measures it once, under that name
+DEFAULT_IS = {"0c1e57098": "ngram-mod"}
+
+
+def engine_default(commit: str | None) -> str | None:
+    """The candidate that is llama.cpp's own default speculative config on a build (None: not known for it)."""
+    same = DEFAULT_IS.get((commit or "")[:9])
+    return ngram_candidate(same) if same else None
 
 
 def draft_candidate(k: int) -> str:
@@ -36,14 +46,18 @@ def ngram_candidate(spec_type: str) -> str:
 
 
 def candidates(lengths: Sequence[int], has_draft: bool, spec_types: Sequence[str], ngram: Sequence[str] | None,
-               with_default: bool = True) -> list[str]:
+               with_default: bool = True, commit: str | None = None) -> list[str]:
     """The candidate arms: draft lengths (with a draft model), the n-gram types asked for (None: every one the
-    build lists) and llama.cpp's default config where the build has it."""
+    build lists) and llama.cpp's default config where the build has it (once: where it is known to be one of the
+    n-gram types on this build's commit, that type stands for it)."""
     out = [draft_candidate(k) for k in sorted(set(lengths))] if has_draft else []
     types = [t for t in NGRAM_ORDER if t in spec_types] if ngram is None else list(ngram)
     out += [ngram_candidate(t) for t in types]
-    if with_default:
+    same = engine_default(commit)
+    if with_default and same is None:
         out.append(DEFAULT_ARM)
+    elif with_default and same not in out:
+        out.append(same)
     return out
 
 

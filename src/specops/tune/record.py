@@ -1,6 +1,6 @@
-"""What a tune's result depends on, as one key: the build, the models, the device and the settings that change what
-is measured. The deploy keeps the host's last result and tunes again only when the key moves (``specops tune
---reuse``), saying what moved."""
+"""What a tune's result depends on, as one key: the build, the models, the device, the service's slots
+(``--parallel``) and the settings that change what is measured. The deploy keeps the host's last result and tunes
+again only when the key moves (``specops tune --reuse``), saying what moved."""
 
 from __future__ import annotations
 
@@ -50,6 +50,23 @@ def device_fact(server: Path, backend: str) -> str:
     return f"{backend}: " + "; ".join(f"{d.name} {d.description} {d.total_mib} MiB" for d in devices)
 
 
+def parallel_arg(text: str) -> int:
+    """``specops tune --parallel N``: the service's slots, a whole number of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be the service's slots (a whole number), got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 slot, got {n}")
+    return n
+
+
+def parallel_fact(args: argparse.Namespace) -> int:
+    """The service's slots (``specops tune --parallel``, the role's llama_server_parallel; 1 when not given): a
+    result is for the concurrency it was tuned at, so another N tunes again."""
+    return int(getattr(args, "parallel", None) or 1)
+
+
 def facts(prefix: Path, backend: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         info = json.loads((prefix / "build-info.json").read_text())
@@ -60,7 +77,7 @@ def facts(prefix: Path, backend: str, args: argparse.Namespace) -> dict[str, Any
     settings["tasks"] = [hashlib.sha256(Path(p).read_bytes()).hexdigest()[:16] for p in args.tasks or ()]
     return {"build": info.get("build_id") or str(prefix.resolve()), "target": file_fact(args.target),
             "draft": file_fact(args.draft), "device": device_fact(prefix / "bin" / "llama-server", backend),
-            "settings": settings}
+            "parallel": parallel_fact(args), "settings": settings}
 
 
 def key(found: Mapping[str, Any]) -> str:
@@ -68,9 +85,9 @@ def key(found: Mapping[str, Any]) -> str:
 
 
 def changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """What moved between an earlier result's facts and now's: 'build', 'target', 'draft', 'device', or the
-    setting's name."""
-    out = [k for k in ("build", "target", "draft", "device") if old.get(k) != new.get(k)]
+    """What moved between an earlier result's facts and now's: 'build', 'target', 'draft', 'device', 'parallel'
+    (a result older than the fact names it too: the slots it was tuned for are unknown), or the setting's name."""
+    out = [k for k in ("build", "target", "draft", "device", "parallel") if old.get(k) != new.get(k)]
     was, now = old.get("settings") or {}, new.get("settings") or {}
     out += [f"setting {k}" for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
     return out
