@@ -75,7 +75,8 @@ def judge(spec: Mapping[str, Any], plain: Mapping[str, Any], spec_url: str, plai
     if not common and not gave_up:
         raise SpeedGateError(f"the speed probe has no prompt answered by both {spec_url} and {plain_url}")
     out: dict[str, Any] = {"mode": mode, "prompts": len(common), "contended": contended, "min_ratio": min_ratio,
-                           "max_spread": max_spread, "streams": STREAMS, "concurrency": measured_at(STREAMS)}
+                           "max_spread": max_spread, "streams": STREAMS, "concurrency": measured_at(STREAMS),
+                           "reference": REFERENCE}
     if common:
         iv = geomean_ratio_ci([s[i] / p[i] for i in common])
         spec_reqs = [r for r in spec.get("requests", []) if r.get("url") == spec_url and int(r["prompt"]) in common]
@@ -120,6 +121,11 @@ def break_even(n_tokens: int, drafted: int, accepted: int, ratio: float, n_max: 
     round_cost = (n_tokens / rounds) / ratio  # plain steps per round
     per_round = drafted / rounds
     return round(max(0.0, (round_cost - 1.0) / per_round), 4)
+
+
+# what every speed-gate ratio is against (roles/llama_server/tasks/argv.yml renders it from the unit's own profile)
+REFERENCE = ("the unit's own plain decoding: the baseline unit, rendered from the same profile with spec_type none and "
+             "no draft model (the same build, numerics, threads, context and slots)")
 
 
 def measured_at(streams: int = STREAMS) -> str:

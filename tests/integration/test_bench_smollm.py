@@ -58,7 +58,9 @@ def test_small_bench_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_p
         assert "cannot pay on this host" in report.read_text()
         return
     assert plan["design"]["arms"] == ["ngram-simple"]
-    ceiling = raw["ceiling"]["target"]["default"]["relative"]
+    # every server runs the unit's numerics (--plain unit, the default): the ceiling is priced at them
+    assert list(raw["ceiling"]["target"]) == ["fa=on,ctv=q8_0"], list(raw["ceiling"]["target"])
+    ceiling = raw["ceiling"]["target"]["fa=on,ctv=q8_0"]["relative"]
     assert set(ceiling) == {"1", "2", "3", "5"} and ceiling["1"] == 1.0
     # blocks: both baselines and the n-gram arm, time-sliced, every answer with its rate and counters
     blocks = [b for b in raw["blocks"] if b.get("type") != "fail"]
@@ -68,6 +70,11 @@ def test_small_bench_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_p
             assert r["decode_tps"] > 0 and r["slices"] >= 1 and r["running_s"] > 0 and r["text"]
     servers = {s["arm"]: s for s in raw["servers"]}
     assert servers["ngram-simple"]["speculative"] is True and servers["baseline"]["speculative"] is False
+    # the baseline is the unit's plain decoding: the role's numerics, speculation off
+    for flags in (["--flash-attn", "on"], ["--cache-type-v", "q8_0"], ["--spec-type", "none"]):
+        i = servers["baseline"]["argv"].index(flags[0])
+        assert servers["baseline"]["argv"][i + 1] == flags[1], servers["baseline"]["argv"]
+    assert raw["plan"]["plain"] == "unit" and "the unit's plain decoding" in report.read_text()
     assert "--spec-type" in servers["ngram-simple"]["argv"]
     edits = [b["results"]["ngram-simple"] for b in blocks if b["workload"] == "edit"]
     assert sum(r["spec"]["draft_tokens"] for r in edits) > 0, "a repeated list must give n-gram drafts"

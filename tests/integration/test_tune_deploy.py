@@ -10,12 +10,24 @@ SmolLM2-135M drafts for itself here (as the suite's deploy profile): on a CPU th
 both lengths below plain decoding and measures nothing (its figures must still be there). The "a choice is rendered"
 case plants a result in the host's record (the key untouched, so it is reused): a length that pays cannot be produced
 on this CPU, and what is tested there is the deploy's side.
+
+The tune is owned by its deploy (issue 51): it runs in a transient unit (specops-tune.service) that takes its probe
+servers with it; a deploy interrupted on the controller (Ctrl-C) stops looking at it and the tune's leash stops it,
+writing nothing; a tune killed in the host fails the deploy in one line naming the signal; and a later deploy stops
+what an interrupted one left (the unit, a probe server under PID 1) and says so.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -188,3 +200,174 @@ def test_a_plain_answer_with_the_kind_left_open_is_served_directly(tuned, labhos
     assert gate["message"].startswith("not measured: plain decoding is served, the tune's answer (specops tune, ")
     assert gate["tune"]["chosen"] == "plain" and gate["tune"]["applied"] == {"llama_server_spec_type": "none"}
     print(f"\nPLAIN | served directly: {gate['message']}")
+
+
+# -- the tune is owned by its deploy (issue 51)
+
+TUNE_UNIT = "specops-tune"
+LEASH_S = 60  # tune.yml: the heartbeat timeout, after which a tune nobody looks at stops itself
+# a forced tune with the kind left open: the ceiling (llama-bench), the probes (the plain server at least), then
+# the measurement's servers: llama-server processes of the tune's unit from its first probe on
+FORCED = {"llama_server_spec_type": "auto", "llama_server_tune_refresh": True, "llama_server_tune_budget": 2}
+# the same with more work and budget: it must still be running when its leash has noticed the deploy is gone (the
+# SIGINT comes at its first probe server, some 20 s in; the leash needs up to LEASH_S + one look's 17 s more, then its
+# watchdog's 5 s), so it must not finish inside ~2 minutes on this CPU. The test says so if it did (exit 0, not 4)
+FORCED_LONG = {**FORCED, "llama_server_tune_budget": 6, "llama_server_tune_max_tokens": 128,
+               "llama_server_tune_probe_tokens": 48, "llama_server_tune_limit_per_workload": 4}
+
+
+class Background:
+    """deploy.yml as an operator runs it in a terminal (its own process group, the output to a file), to be
+    interrupted."""
+
+    def __init__(self, labhost, profile: Path, extra: dict) -> None:
+        self.out = tempfile.NamedTemporaryFile("w+", prefix="specops-tune-deploy-", suffix=".log", delete=False)  # noqa: SIM115
+        exe = Path(sys.executable).with_name("ansible-playbook")
+        env = {**os.environ, "ANSIBLE_CONFIG": str(lab.REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+               "ANSIBLE_NOCOLOR": "1", "PYTHONUNBUFFERED": "1"}
+        cmd = [str(exe), "deploy.yml", "-i", "inventory/builder.yml", "-i", str(labhost.inventory), "-e", f"@{profile}",
+               "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}", "-e", json.dumps({**TUNE, **extra})]
+        self.proc = subprocess.Popen(cmd, cwd=lab.REPO, stdout=self.out, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+
+    def interrupt(self, grace: float = 30) -> None:
+        """Ctrl-C: SIGINT to the whole process group, as a terminal sends it. A SIGINT that lands while Ansible forks
+        a worker can be lost (test_live_host.interrupted_deploy); then the group is killed, as a closed terminal
+        would: either way the controller stops looking at the tune."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def finish(self, timeout: float = 900) -> lab.PlaybookRun:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            rc = self.proc.wait(timeout=60)
+        self.out.seek(0)
+        text = self.out.read()
+        self.out.close()
+        os.unlink(self.out.name)
+        return lab.PlaybookRun(rc, text)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=60)
+
+
+def wait_until(what: str, check: Callable[[], object], timeout: float, every: float = 1.0) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(every)
+
+
+def tune_active(labhost) -> bool:
+    state = labhost.run(["systemctl", "is-active", f"{TUNE_UNIT}.service"], check=False).stdout.strip()
+    return state in ("active", "activating", "deactivating")
+
+
+def strays(labhost) -> list[str]:
+    """What must not outlive a tune in the host: any `specops tune`, and any llama-server or llama-bench other than
+    the service's own."""
+    service = main_pid(labhost)
+    out = []
+    for line in labhost.run(["ps", "-eo", "pid=,args="]).stdout.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        argv = args.split()
+        if not argv or int(pid) == service:
+            continue
+        if Path(argv[0]).name in ("llama-server", "llama-bench") or argv[1:4] == ["-m", "specops", "tune"]:
+            out.append(line.strip())
+    return out
+
+
+def probe_running(labhost) -> bool:
+    """The forced tune is in its unit and one of its probe servers runs."""
+    return tune_active(labhost) and any(Path(s.split()[1]).name == "llama-server" for s in strays(labhost))
+
+
+def record_stamp(labhost) -> str:
+    """The host's record as bytes and mtime: untouched means the same."""
+    return labhost.run(["sh", "-c", f"sha256sum {STATE}/tune.json; stat -c %Y {STATE}/tune.json"]).stdout
+
+
+def test_ctrl_c_to_the_deploy_stops_its_tune_and_leaves_nothing(tuned, labhost, profile):
+    """SIGINT to ansible-playbook while its forced tune probes: nothing looks at the tune any more, its leash stops it
+    (no heartbeat, or the lock no longer this run's), systemd takes its probe servers with it, tune.json stays as it
+    was, and the next deploy is clean."""
+    before = record_stamp(labhost)
+    run = Background(labhost, profile, FORCED_LONG)
+    try:
+        wait_until("a probe server of the forced tune", lambda: probe_running(labhost), 600)
+        run.interrupt()
+        interrupted = run.finish(timeout=60)
+    finally:
+        run.kill()
+    assert interrupted.rc != 0, interrupted.output[-4000:]
+    t0 = time.monotonic()
+    wait_until("the tune and its probe servers gone", lambda: not tune_active(labhost) and not strays(labhost),
+               LEASH_S + 120, every=2)
+    gone = time.monotonic() - t0
+    ended = host_json(labhost, "tune-exit.json")
+    assert ended["rc"] != 0, f"the tune finished before its leash stopped it: give FORCED_LONG more work ({ended})"
+    assert ended["rc"] == 4, ended  # stopped by its leash, not killed by its budget or a signal
+    assert re.match(r"specops tune stopped: (no heartbeat from the deploy for \d+ s|the deploy's lock is no longer "
+                    r"this run's)", ended["why"]), ended
+    assert ended["why"].endswith(f"; {STATE}/tune.json was not written"), ended
+    assert record_stamp(labhost) == before
+    again = deploy(labhost, profile, {"llama_server_spec_type": "auto"})
+    assert again.rc == 0, again.output[-6000:]
+    assert "from an interrupted deploy" not in again.text, again.text[-4000:]  # nothing was left to stop
+    assert not strays(labhost)
+    print(f"\nCTRL-C | the tune stopped {gone:.0f} s after the deploy was interrupted: {ended['why']}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_a_tune_killed_in_the_host_fails_the_deploy_in_one_line(tuned, labhost, profile, sig):
+    """A signal to the tune's own process in the host while a probe server runs: the deploy fails with one line that
+    names the signal (never a bare return code), and no probe server is left."""
+    before = record_stamp(labhost)
+    run = Background(labhost, profile, FORCED)
+    try:
+        wait_until("a probe server of the forced tune", lambda: probe_running(labhost), 600)
+        pid = labhost.run(["systemctl", "show", "-p", "MainPID", "--value", f"{TUNE_UNIT}.service"]).stdout.strip()
+        labhost.run(["kill", f"-{sig.name.removeprefix('SIG')}", pid])
+        failed = run.finish(timeout=300)
+    finally:
+        run.kill()
+    assert failed.rc != 0, failed.output[-4000:]
+    expected = {signal.SIGKILL: r"tune: specops tune was killed by signal SIGKILL\.",
+                # Python's KeyboardInterrupt: exit 130, or, inside the measurement, the tune's own stop
+                signal.SIGINT: r"tune: specops tune (was interrupted \(SIGINT: exit 130\)|stopped: interrupted during "
+                               r"the side-by-side measurement)"}[sig]
+    assert re.search(expected, failed.text), failed.text[-4000:]
+    assert "non-zero return code" not in failed.text, failed.text[-4000:]
+    wait_until("no probe server left", lambda: not tune_active(labhost) and not strays(labhost), 30)
+    assert record_stamp(labhost) == before
+    print(f"\n{sig.name} | {re.search(expected + r'[^.]*', failed.text).group(0)}")
+
+
+def test_a_deploy_stops_what_an_interrupted_one_left_and_says_so(tuned, labhost, profile):
+    """What a deploy from before the unit could leave: a probe llama-server under PID 1 (started over SSH, as Ansible
+    ran the tune, its parent gone), and a tune unit still running. The next deploy stops both before its own tune and
+    says so in one line."""
+    argv = labhost.run(["sh", "-c", f"tr '\\0' ' ' < /proc/{main_pid(labhost)}/cmdline"]).stdout.split()
+    model = argv[argv.index("--model") + 1] if "--model" in argv else argv[argv.index("-m") + 1]
+    labhost.ssh(f"setsid -f {argv[0]} --model {model} --port 18123 --ctx-size 256 </dev/null >/dev/null 2>&1")
+    labhost.run(["systemd-run", f"--unit={TUNE_UNIT}", "--collect", "--quiet", "sleep", "600"])
+    wait_until("the planted probe server", lambda: any("--port 18123" in s for s in strays(labhost)), 30)
+    run = deploy(labhost, profile, {"llama_server_spec_type": "auto"})
+    assert run.rc == 0, run.output[-6000:]
+    line = re.search(rf"stopped a leftover tune \({TUNE_UNIT}, started [^)]+\) and 1 probe server\(s\) \(pid \d+\) "
+                     r"from an interrupted deploy", run.text)
+    assert line, run.text[-4000:]
+    assert not tune_active(labhost) and not strays(labhost)
+    print(f"\nLEFTOVER | {line.group(0)}")

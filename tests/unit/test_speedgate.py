@@ -39,6 +39,8 @@ def test_speculation_that_loses_is_judged_so_with_both_figures() -> None:
     assert r["ratio"] == pytest.approx(0.5, abs=0.01) and r["ratio_low"] < r["ratio"] < r["ratio_high"] < 1
     assert r["speculative_tps"] == pytest.approx(6.0) and r["plain_tps"] == pytest.approx(12.0)
     assert r["acceptance"] == pytest.approx(0.75)
+    # the record names its reference: the unit's own plain decoding (issue 50), never llama.cpp's defaults
+    assert r["reference"].startswith("the unit's own plain decoding") and "spec_type none" in r["reference"]
     line = message(r, "fallback", "llama-server-speculative")
     assert line.startswith("speculative 6.0 tok/s vs plain 12.0 tok/s (0.50× [")
     assert "SPECULATION LOSES" in line and "now serves plain decoding" in line and "specops bench" in line

@@ -230,3 +230,12 @@ def test_previous_reads_only_a_tune_result(tmp_path: Path):
     assert record.previous(p) is None  # no key: an older result, tuned again
     p.write_text(json.dumps({"chosen": "plain", "key": "abc"}))
     assert record.previous(p) == {"chosen": "plain", "key": "abc"}
+
+
+def test_an_undecided_tune_serves_plain_decoding_and_says_undecided():
+    from specops.tune.deploy import apply
+    res = {"chosen": "plain", "when": "now", "settled": False,
+           "reason": "undecided: the intervals reach both sides of plain decoding", "vars": {}}
+    got = apply(res, "auto", None)
+    assert got.vars == {"llama_server_spec_type": "none"}
+    assert "the tune is undecided" in got.message and "until a longer tune settles it" in got.message

@@ -37,7 +37,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
-from specops.tune import decide, evidence, probes, progress, quiet, record
+from specops.tune import decide, evidence, leash, probes, progress, quiet, record
 
 NAME = "tune"
 HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
@@ -73,7 +73,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="leave out llama.cpp's own default speculative config (spec_type default)")
     p.add_argument("--budget", type=float, default=6.0, metavar="MINUTES",
                    help="the whole tune's time; what is still open when it runs out is reported (default 6)")
-    p.add_argument("--top", type=int, default=3, help="candidates measured against plain decoding (default 3)")
+    p.add_argument("--top", type=int, default=None,
+                   help="candidates measured against plain decoding (default: 3 on a GPU build, 2 on a CPU build, "
+                        "where every candidate's request costs seconds in every block)")
+    p.add_argument("--ngram-probes", choices=("auto", "yes", "no"), default="auto",
+                   help="probe each n-gram type before the measurement (auto: on a GPU build only; on a CPU build a "
+                        "probe costs a server start and ~30 s, and its one-prompt prediction was 14-21%% off: the "
+                        "n-gram types are measured side by side instead, llama.cpp's default type first)")
     p.add_argument("--margin", type=float, default=0.05,
                    help="a candidate is measured only if predicted at least 1 + this (default 0.05)")
     p.add_argument("--probe-tasks", type=int, default=1, help="probe prompts per workload (default 1)")
@@ -122,6 +128,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "tunes again; the measurement itself is one request at a time (default 1)")
     p.add_argument("--quiet", action="store_true")
     progress.add_argument(p)
+    leash.add_arguments(p)
 
 
 def _err(msg: str) -> None:
@@ -158,6 +165,8 @@ class Setup:
     retuned: list[str] = field(default_factory=list)  # what moved since the --reuse result (tuned again)
     phases: dict[str, float] = field(default_factory=dict)
     meter: progress.ProgressFile = field(default_factory=progress.ProgressFile)  # --progress-file
+    top: int = 3  # candidates measured (--top, else per build: 3 on a GPU, 2 on a CPU)
+    ngram_probes: bool = True  # each n-gram type probed before the measurement (--ngram-probes)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -184,7 +193,8 @@ def _setup(args: argparse.Namespace) -> Setup:
             raise TuneError(f"{label} model {path} not found; nothing was changed")
     if not 0.1 <= args.probe_share <= 1:
         raise TuneError("--probe-share must be between 0.1 and 1")
-    if args.budget <= 0 or args.top < 1 or args.probe_tasks < 1 or args.probe_tokens < 8 or args.max_tokens < 8:
+    if args.budget <= 0 or (args.top is not None and args.top < 1) or args.probe_tasks < 1 \
+            or args.probe_tokens < 8 or args.max_tokens < 8:
         raise TuneError("--budget must be > 0, --top and --probe-tasks >= 1, --probe-tokens and --max-tokens >= 8")
     if args.synth_rates and args.rule == "identical":
         raise TuneError("--synth-rates imposes acceptance, so the output is not the target's: the identity rule "
@@ -215,9 +225,12 @@ def _setup(args: argparse.Namespace) -> Setup:
                       draft_threads=args.threads, ctx_size=args.ctx_size, interleave="requests",
                       backend=backend, synth_rates=tuple(args.synth_rates))
     now = time.monotonic()
-    return Setup(prefix, caps, cfg, store, work, lengths, names, probe_tasks, now + args.budget * 60, now,
-                 Progress(quiet=args.quiet), record.facts(prefix, backend, args),
-                 now + args.probe_share * args.budget * 60)
+    s = Setup(prefix, caps, cfg, store, work, lengths, names, probe_tasks, now + args.budget * 60, now,
+              Progress(quiet=args.quiet), record.facts(prefix, backend, args),
+              now + args.probe_share * args.budget * 60)
+    s.top = args.top or (3 if cfg.gpu else 2)
+    s.ngram_probes = args.ngram_probes == "yes" or (args.ngram_probes == "auto" and cfg.gpu)
+    return s
 
 
 def _check_fit(backend: str, args: argparse.Namespace, n_max: int) -> None:
@@ -256,7 +269,7 @@ def _probe_names(s: Setup, has_draft: bool) -> list[str]:
         out += [probes.draft_candidate(max(s.lengths))]
         if min(s.lengths) != max(s.lengths):
             out.append(probes.draft_candidate(min(s.lengths)))
-    out += [n for n in s.names if parse_arm(n).draft is None]
+    out += [n for n in s.names if parse_arm(n).draft is None and s.ngram_probes]
     return out
 
 
@@ -353,7 +366,9 @@ def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
     known = {p.name for p in preds}
     for n in s.names:
         if n not in known:
-            why = found[n].error if n in found and found[n].error else "not probed"
+            why = found[n].error if n in found and found[n].error else (
+                "not probed" if s.ngram_probes or parse_arm(n).draft is not None else
+                "not probed on a CPU build (--ngram-probes auto): measured side by side instead")
             preds.append(decide.Prediction(n, None, why))
     return over, preds
 
@@ -389,6 +404,7 @@ def _measure(s: Setup, args: argparse.Namespace, chosen: list[str],
     bench_command.add_arguments(parser)
     s.meter.update("measure", f"{', '.join(chosen)} side by side with plain decoding", s.left())
     rc = bench_command.run(parser.parse_args(argv), progress.MeasureProgress(s.meter, s.left, quiet=args.quiet))
+    s.meter.leash.measured(rc)  # the bench's exit 130 (SIGINT, SIGTERM) stops the tune
     raw = s.work / "measure-assets" / "results.json"
     if rc != 0 or not raw.exists():
         s.open.append(f"the side-by-side measurement ended with exit {rc}: see {s.work / 'measure'}")
@@ -539,9 +555,9 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     found = _run_probes(s, args.draft is not None and not pruned)
     t = s.phase("probes", t)
     over, preds = _predict(s, costs, found, args.draft is not None and not pruned, pruned)
-    shortlisted, dropped = decide.shortlist(preds, args.top, args.margin, always=(
+    shortlisted, dropped = decide.shortlist(preds, s.top, args.margin, always=(
         probes.engine_default(s.caps.commit) or probes.DEFAULT_ARM,))
-    s.open += [f"{n}: {why}" for n, why in dropped.items() if why.endswith("stays open")]
+    s.open += [f"{n}: {why}" for n, why in dropped.items() if why.endswith("stays open") or "no room" in why]
     compared = [p.name for p in preds if args.measure_all and p.predicted is not None and p.name not in shortlisted]
     s.meter.update("predictions", f"{len(preds)} candidates predicted, shortlisted: {', '.join(shortlisted) or 'none'}",
                    s.left())
@@ -559,6 +575,10 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     if not shortlisted:
         choice = decide.Choice(decide.PLAIN, None, "no candidate is predicted to beat plain decoding by "
                                f"{args.margin:.0%}: plain decoding, nothing measured", {})
+    elif not measured:  # shortlisted, yet nothing compared with plain decoding: no answer, plain decoding meanwhile
+        choice = decide.Choice(decide.PLAIN, None, f"undecided: {', '.join(shortlisted)} shortlisted, none measured "
+                               "against plain decoding within the budget; plain decoding is served until a tune "
+                               "with more time settles it", {}, settled=False, left_out=choice.left_out)
     elif not choice.settled:
         s.open.append(f"undecided: {choice.reason}")
     return _result(s, args, over, preds, shortlisted, dropped, measured, choice, per_wl, found)
@@ -603,7 +623,19 @@ def _watched(s: Setup, args: argparse.Namespace) -> tuple[dict[str, Any] | None,
 
 
 def run(args: argparse.Namespace) -> int:
-    meter = progress.ProgressFile(args.progress_file)
+    """The tune on its leash (specops.tune.leash): a tune whose deploy is gone stops, says why in one line and exits
+    leash.STOPPED, --out untouched."""
+    meter = progress.ProgressFile(args.progress_file, leash.Leash.of(args))
+    try:
+        with meter.leash:
+            return _run(args, meter)
+    except leash.Stopped as stop:
+        print(stop.line(args.out), flush=True)
+        meter.stopped(stop.reason)
+        return leash.STOPPED
+
+
+def _run(args: argparse.Namespace, meter: progress.ProgressFile) -> int:
     meter.update("starting", "the build, the models, the memory fit", args.budget * 60)
     try:
         s = _setup(args)
@@ -619,9 +651,10 @@ def run(args: argparse.Namespace) -> int:
     if result is not None:
         result["unproven"] = unproven or None
         text = json.dumps(result, indent=1, default=str)
-        (s.work / "tune.json").write_text(text)
-        if args.out and not unproven:  # an unproven result never replaces the host's record
-            args.out.write_text(text)
+        with meter.leash.last_look():  # written only while the deploy that started this tune still holds its lock
+            (s.work / "tune.json").write_text(text)
+            if args.out and not unproven:  # an unproven result never replaces the host's record
+                leash.write_whole(args.out, text)
         _print(result, s, args)
     if unproven:
         print(f"unproven: {unproven}; no choice was made and {args.out or 'no record'} was left as it was")

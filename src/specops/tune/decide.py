@@ -123,7 +123,7 @@ def shortlist(preds: Sequence[Prediction], top: int = 3, margin: float = 0.05, e
             if len(chosen) < top:
                 chosen.append(p.name)
             else:
-                dropped[p.name] = f"no prediction ({p.how}) and no room left"
+                dropped[p.name] = f"no prediction ({p.how}) and no room left: stays open"
     return chosen, dropped
 
 

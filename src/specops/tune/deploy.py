@@ -93,7 +93,9 @@ def apply(result: Mapping[str, Any], spec_type: object, draft_n_max: object) -> 
         raise ValueError("the tune's record names no choice")
     head = f"tune ({result.get('when', '?')}): "
     if chosen == PLAIN:
-        pays = f"no candidate pays here ({result.get('reason', '')})"
+        pays = (f"no candidate pays here ({result.get('reason', '')})" if result.get("settled", True) is not False
+                else f"the tune is undecided ({result.get('reason', '')}), so plain decoding until a longer tune "
+                     "settles it")
         if spec_type == "auto":
             return Applied({SPEC_TYPE: "none"}, {}, head + f"{pays}: plain decoding is served ({SPEC_TYPE}=none); "
                                                            "the speed gate has nothing to judge")
@@ -122,7 +124,8 @@ def summary(result: Mapping[str, Any], applied: Applied, reused: bool) -> dict[s
     chosen_vars = dict(result.get("vars") or {})
     runner = result.get("runner_up")
     return {
-        "chosen": chosen, "reason": result.get("reason"),
+        "chosen": chosen, "reason": result.get("reason"), "settled": result.get("settled", True),
+        "tie": list(result.get("tie") or []), "paired": result.get("paired"), "reference": result.get("reference"),
         "spec_type": chosen_vars.get(SPEC_TYPE), "draft_n_max": chosen_vars.get(DRAFT_N_MAX),
         "predicted": row.get("predicted"), "measured": row.get("measured"), "speedup": row.get("measured_interval"),
         "runner_up": runner, "runner_up_measured": (rows.get(runner) or {}).get("measured") if runner else None,

@@ -4,7 +4,9 @@ while it runs, as it prints the compile's (roles/llama_cpp's ``build-progress.tx
 
 The line is ``tune: <phase> — <detail> — <m:ss> left``, rewritten whole (a temporary file, then ``os.replace``) so a
 reader never sees half of one; the phases are ceiling, probes, predictions, measure and choose, and the last line is
-``tune: done — <detail>`` (or ``tune: stopped — <why>`` for a tune that refused).
+``tune: done — <detail>`` (or ``tune: stopped — <why>`` for a tune that refused or was stopped).
+
+Each step also looks at the tune's leash (:mod:`specops.tune.leash`): a tune whose deploy is gone stops there.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TextIO
 
 from specops.bench.design import Block, Design
 from specops.bench.runner import Progress
+from specops.tune.leash import Leash
 
 
 def add_argument(p: argparse.ArgumentParser) -> None:
@@ -38,12 +41,15 @@ def line(phase: str, detail: str, left_s: float) -> str:
 
 class ProgressFile:
     """The progress line at ``path`` (no path: nothing is written). A file that cannot be written is said once on
-    stderr and not tried again: the tune goes on without it."""
+    stderr and not tried again: the tune goes on without it. Every update first looks at ``leash`` (raises
+    :class:`specops.tune.leash.Stopped` when the deploy is gone)."""
 
-    def __init__(self, path: Path | str | None = None) -> None:
+    def __init__(self, path: Path | str | None = None, leash: Leash | None = None) -> None:
         self.path = Path(path) if path else None
+        self.leash = leash or Leash()
 
     def update(self, phase: str, detail: str, left_s: float) -> None:
+        self.leash.check()
         self.write(line(phase, detail, left_s))
 
     def done(self, detail: str) -> None:

@@ -16,7 +16,8 @@ from specops.devices import DeviceError, list_devices
 
 # the arguments that change what the tune measures or decides (not its budget, output or work dir)
 SETTINGS = ("lengths", "ngram", "no_default", "rule", "threads", "ctx_size", "max_tokens", "probe_tokens",
-            "probe_tasks", "limit_per_workload", "workloads", "top", "margin", "ceiling_depth", "synth_rates")
+            "probe_tasks", "limit_per_workload", "workloads", "top", "margin", "ceiling_depth", "synth_rates",
+            "ngram_probes")
 
 
 def file_fact(path: Path | None) -> dict[str, Any] | None:
