@@ -580,7 +580,7 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
                                "against plain decoding within the budget; plain decoding is served until a tune "
                                "with more time settles it", {}, settled=False, left_out=choice.left_out)
     elif not choice.settled:
-        s.open.append(f"undecided: {choice.reason}")
+        s.open.append(choice.reason)
     return _result(s, args, over, preds, shortlisted, dropped, measured, choice, per_wl, found)
 
 
