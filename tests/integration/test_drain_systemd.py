@@ -43,9 +43,11 @@ def test_a_unit_that_cannot_start_is_explained_in_one_line(labhost, late_journal
 
 # A stand-in for llama-server's stop (tools/server/server.cpp: the first SIGTERM ends the task loop, and a request in
 # flight then holds the process open; a second signal exits at once with status 1), serving /slots as idle. HANG=1
-# plays a request that began in the instant between the drain's last look and its signal (not reproducible on
-# demand with the real server); HANG=0 an idle server, which exits 0 on the first signal; BUSY=1 a slot that stays
-# busy past the drain's deadline (a request in flight, which holds the process as HANG=1 does).
+# plays a process held open after the signal although the drain found no client connection (a request that reached
+# it as it stopped; the drain's hold makes one that began before the signal wait for it, test_restart_window); HANG=0
+# an idle server, which exits 0 on the first signal; BUSY=1 a slot that stays busy past the drain's deadline (a
+# request in flight, which holds the process as HANG=1 does). Run through nsenter, the drain holds with socket
+# filters on the stand-in's sockets ("held").
 STANDIN = r"""
 import http.server, json, os, signal, sys, threading
 hang, busy = os.environ["HANG"] == "1", os.environ["BUSY"] == "1"
@@ -99,6 +101,7 @@ def test_the_stop_is_one_signal_and_a_hung_stop_is_said(labhost, hang, busy):
                             "--grace", "2", "--timeout", "1"], input=DRAIN.read_text(), timeout=90)
         out = json.loads(proc.stdout.splitlines()[-1])
         assert out["slots"] == "read", out
+        assert busy or (out["held"] == "socket filters" and out["open_at_signal"] == 0), out
         if busy:   # past the deadline: cut as the deploy says ("still running ... restarted anyway"), not hung
             assert not out["drained"] and out["busy_at_restart"] == 1 and "stop_hung" not in out, out
         else:

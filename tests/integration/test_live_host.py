@@ -70,6 +70,8 @@ def test_a_changed_deploy_cuts_no_answer_mid_stream(live, labhost):
     assert run.rc == 0, run.output[-4000:]
     assert "--ctx-size 1536" in running_cmdline(labhost)
     assert drained.startswith("Restarted") and "when its slots were idle" in drained, drained
+    # the signal came when no client connection was open (issue 51: not merely at an idle look at /slots)
+    assert "until it had no client connection open" in drained or "with no client connection open" in drained, drained
     assert stream.cut == [], stream.cut
 
 

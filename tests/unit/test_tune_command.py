@@ -76,6 +76,11 @@ def _prefix(tmp_path: Path, bench: bool) -> Path:
     (["--lengths", "0,4"], True, "--lengths must be draft lengths of at least 1"),
     (["--lengths", "x"], True, "--lengths must be a comma list of numbers"),
     (["--draft", "/nonexistent.gguf"], True, "draft model /nonexistent.gguf not found"),
+    (["--mix", "code=1,chat=1"], True, "--mix names workload(s) chat not in the task set"),
+    (["--mix", "code=0,edit=0"], True, "--mix: every share is zero; nothing was changed"),
+    (["--mix", "code=-1,edit=2"], True, "--mix: code's share is negative (-1)"),
+    (["--mix", "edit=1", "--workloads", "code,prose"], True, "--mix names workload(s) edit not in the task set (it "
+     "has: code, prose)"),
 ])
 def test_bad_input_is_one_line_and_changes_nothing(tmp_path, capsys, extra, bench, expected):
     target = tmp_path / "t.gguf"

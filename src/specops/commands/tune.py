@@ -37,7 +37,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
-from specops.tune import decide, evidence, leash, probes, progress, quiet, record
+from specops.tune import decide, evidence, leash, mix, probes, progress, quiet, record
 
 NAME = "tune"
 HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
@@ -90,6 +90,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", action="append", type=Path,
                    help="task JSONL file (repeatable); default: the bench's standard set")
     p.add_argument("--workloads", default="", help="only these workloads (comma list)")
+    p.add_argument("--mix", metavar="WORKLOAD=SHARE,...",
+                   help="each workload's share of the traffic (e.g. code=0.5,edit=0.3,prose=0.2,tool_calls=0): the "
+                        "choice is made on the mix's speedup weighted by time; default: every measured task weighs "
+                        "the same (equal shares where each workload has as many tasks)")
     p.add_argument("--limit-per-workload", type=int, default=3,
                    help="tasks per workload in the side-by-side measurement (default 3)")
     p.add_argument("--max-tokens", type=int, default=96, help="tokens per measured request (default 96)")
@@ -215,6 +219,10 @@ def _setup(args: argparse.Namespace) -> Setup:
                            max(args.limit_per_workload, args.probe_tasks))
     except TaskError as exc:
         raise TuneError(str(exc)) from exc
+    try:  # the shares, normalised (zero shares left out): what the record's key and the decision use
+        args.mix = mix.parse(args.mix, workloads_of(tasks))
+    except mix.MixError as exc:
+        raise TuneError(f"{exc}; nothing was changed") from None
     probe_tasks = [t for w in workloads_of(tasks) for t in [x for x in tasks if x.workload == w][:args.probe_tasks]]
     backend = build_backend(prefix)
     _check_fit(backend, args, max(lengths))
@@ -432,8 +440,11 @@ def _decide(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None, 
         return [], decide.choose([], need), {}
     blocks = evidence.Blocks.load(blocks_file)
     identical = _identity(results, names)
-    measured, _ = blocks.measured(names, BASELINE, identical)
-    choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical)
+    try:  # over the mix, weighted by time, when --mix was given
+        measured, _ = blocks.measured(names, BASELINE, identical, mix=args.mix)
+        choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, mix=args.mix)
+    except mix.MixError as exc:
+        raise TuneError(f"{exc}; nothing was chosen") from None
     per_wl = {}
     for wl in blocks.workloads:
         c = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, workload=wl)
@@ -497,6 +508,7 @@ def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: l
         "chosen": choice.chosen, "runner_up": choice.runner_up, "reason": choice.reason,
         "settled": choice.settled, "tie": list(choice.tie), "paired": choice.paired, "left_out": list(choice.left_out),
         "reference": plain_description(PLAIN_UNIT),
+        "mix": args.mix, "mix_how": mix.describe(args.mix), "task_source": record.task_source(args.tasks),
         "interval": "95%, for a new request of the traffic's kind (the tasks' spread and the A/A noise count in full)",
         "best_measured": {"name": best.name, "measured": best.speedup.fmt(), "speedup": best.speedup.to_dict()}
         if best else None,
@@ -587,6 +599,7 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
 def _print(result: dict[str, Any], s: Setup, args: argparse.Namespace) -> None:
     print(table(result))
     print(f"\nagainst: {result['reference']}; intervals {result['interval']}")
+    print(f"tasks: {result['task_source']}; whole figure: {result['mix_how']}")
     print(f"chosen: {result['chosen']} — {result['reason']}")
     if result["runner_up"]:
         print(f"runner-up: {result['runner_up']}" + (f" ({result['paired']})" if result.get("paired") else ""))

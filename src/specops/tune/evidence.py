@@ -6,12 +6,15 @@ blocks**: per block the candidate's decode rate ÷ the reference's, per task the
 
 The interval is a Student-t interval on the per-task log ratios with **no finite-population correction**: it speaks
 for a new request of the workload (the tasks' own spread counts in full, and so does the timing noise of both
-servers, which is in every paired ratio), not for the fixed set that happened to run. The whole mix pools the tasks
-of every workload (each task weighs the same).
+servers, which is in every paired ratio), not for the fixed set that happened to run. Without a mix the whole
+figure pools the tasks of every workload (each task weighs the same). With a mix (each workload's share of the
+requests) it is the mix's speedup **weighted by time**, 1 / Σ_k (w_k / H_k) with H_k workload k's harmonic mean of
+the per-task ratios, and its delta-method interval (:mod:`specops.tune.mix`, where it is derived).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -20,7 +23,8 @@ from typing import Any
 
 from specops.bench.arms import AA, BASELINE
 from specops.bench.stats import Interval, geomean_ratio_ci
-from specops.tune.decide import Choice, Measured, choose
+from specops.tune import mix as mixes
+from specops.tune.decide import PLAIN, Choice, Measured, choose
 
 
 class Blocks:
@@ -75,24 +79,89 @@ class Blocks:
         ratios = self.task_ratios(arm, ref, workload)
         return geomean_ratio_ci(list(ratios.values())) if ratios else None
 
-    def measured(self, names: Iterable[str], ref: str,
-                 identical: Mapping[str, bool | None] | None = None) -> tuple[list[Measured], list[str]]:
-        """Each candidate's decision interval against ``ref``, and one line for each that never ran in a block with
-        ``ref`` (it cannot be compared exactly: left out of the decision)."""
+    def relative_times(self, arm: str, ref: str, versus: str | None = None) -> dict[str, list[tuple[float, float]]]:
+        """Per workload, per task: (``arm``'s, ``versus``'s) decode time per request relative to ``ref``'s (1 / the
+        paired ratio; ``versus`` None: ``ref`` itself, 1), over the tasks both were measured on."""
+        a = self.task_ratios(arm, ref)
+        b = self.task_ratios(versus, ref) if versus is not None else {}
+        out: dict[str, list[tuple[float, float]]] = {}
+        for task, r in a.items():
+            if versus is None or task in b:
+                out.setdefault(task.split("/", 1)[0], []).append((1 / r, 1 / b[task] if versus else 1.0))
+        return out
+
+    def check_mix(self, mix: Mapping[str, float]) -> None:
+        """A workload with a share but no block measured: MixError (one line)."""
+        missing = [w for w in mixes.normalised(mix) if w not in self.workloads]
+        if missing:
+            raise mixes.MixError(f"workload(s) {', '.join(missing)} in the mix but no task of it measured (measured: "
+                                 f"{', '.join(self.workloads) or 'none'})")
+
+    def mix_gaps(self, arm: str, ref: str, mix: Mapping[str, float]) -> list[str]:
+        """The mix's workloads ``arm`` has no task of paired with ``ref``."""
+        have = self.relative_times(arm, ref)
+        return [w for w in mixes.normalised(mix) if not have.get(w)]
+
+    def mix_interval(self, arm: str, ref: str, mix: Mapping[str, float], versus: str | None = None) -> Interval | None:
+        """``arm`` against ``ref`` (or against ``versus``, each timed against ``ref``) over the mix, weighted by time
+        (:func:`specops.tune.mix.speedup`); None where a workload of the mix has no such task."""
+        times = self.relative_times(arm, ref, versus)
+        if any(not times.get(w) for w in mixes.normalised(mix)):
+            return None
+        return mixes.speedup(times, mix)
+
+    def mix_arithmetic(self, arm: str, ref: str, mix: Mapping[str, float]) -> str:
+        """The mix figure's arithmetic from each workload's harmonic mean ratio (for the record)."""
+        times = self.relative_times(arm, ref)
+        means = {w: len(times[w]) / sum(a for a, _ in times[w]) for w in mixes.normalised(mix)}
+        return mixes.arithmetic(means, mix)
+
+    def figure(self, name: str, ref: str, mix: Mapping[str, float] | None = None) -> Interval | str:
+        """``name``'s decision interval against ``ref`` (over ``mix`` when given), or the line that says why it has
+        none: never in a block with ``ref``, or, with a mix, no task of one of its workloads."""
+        if not self.task_ratios(name, ref):
+            return f"{name}: never measured in a block with plain decoding ({ref}): left out of the decision"
+        gaps = self.mix_gaps(name, ref, mix) if mix else []
+        if gaps:
+            return (f"{name}: no task of {', '.join(gaps)} (in the mix) measured in a block with plain decoding "
+                    f"({ref}): left out of the decision")
+        iv = self.mix_interval(name, ref, mix) if mix else self.interval(name, ref)
+        assert iv is not None
+        return iv
+
+    def measured(self, names: Iterable[str], ref: str, identical: Mapping[str, bool | None] | None = None,
+                 mix: Mapping[str, float] | None = None) -> tuple[list[Measured], list[str]]:
+        """Each candidate's decision interval against ``ref`` (over ``mix`` when given, weighted by time), and one
+        line for each that never ran in a block with ``ref`` or, with a mix, lacks a workload of it (it cannot be
+        compared exactly: left out of the decision)."""
         out: list[Measured] = []
         missing: list[str] = []
+        if mix:
+            self.check_mix(mix)
         for name in names:
-            iv = self.interval(name, ref)
-            if iv is None:
-                missing.append(f"{name}: never measured in a block with plain decoding ({ref}): left out of the "
-                               "decision")
+            fig = self.figure(name, ref, mix)
+            if isinstance(fig, str):
+                missing.append(fig)
             else:
-                out.append(Measured(name, iv, (identical or {}).get(name)))
+                out.append(Measured(name, fig, (identical or {}).get(name)))
         return out, missing
 
     def decide(self, names: Iterable[str], ref: str, need_identical: bool = True, margin: float = 0.05,
-               identical: Mapping[str, bool | None] | None = None, workload: str | None = None) -> Choice:
-        """The choice among ``names`` against ``ref`` (over the whole mix, or one workload)."""
-        view = self if workload is None else self.only(workload)
-        measured, missing = view.measured(names, ref, identical)
-        return choose(measured, need_identical, margin, paired=lambda a, b: view.interval(a, b), left_out=missing)
+               identical: Mapping[str, bool | None] | None = None, workload: str | None = None,
+               mix: Mapping[str, float] | None = None) -> Choice:
+        """The choice among ``names`` against ``ref``: over the whole mix (each task weighing the same, or with
+        ``mix`` the mix's speedup weighted by time, its arithmetic added to the reason), or one workload (``mix``
+        not used)."""
+        if workload is not None or not mix:
+            view = self if workload is None else self.only(workload)
+            measured, missing = view.measured(names, ref, identical)
+            return choose(measured, need_identical, margin, paired=lambda a, b: view.interval(a, b),
+                          left_out=missing)
+        measured, missing = self.measured(names, ref, identical, mix)
+        choice = choose(measured, need_identical, margin, left_out=missing,
+                        paired=lambda a, b: self.mix_interval(a, ref, mix, versus=b))
+        shown = choice.chosen if choice.chosen != PLAIN else choice.runner_up
+        if shown is None:
+            return choice
+        return dataclasses.replace(choice, reason=f"{choice.reason}; the mix, weighted by time: {shown} "
+                                                  f"{self.mix_arithmetic(shown, ref, mix)}")

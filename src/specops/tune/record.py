@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specops.bench.tasks import STANDARD_SET
 from specops.devices import DeviceError, list_devices
 
 # the arguments that change what the tune measures or decides (not its budget, output or work dir)
 SETTINGS = ("lengths", "ngram", "no_default", "rule", "threads", "ctx_size", "max_tokens", "probe_tokens",
             "probe_tasks", "limit_per_workload", "workloads", "top", "margin", "ceiling_depth", "synth_rates",
-            "ngram_probes")
+            "ngram_probes", "mix")
 
 
 def file_fact(path: Path | None) -> dict[str, Any] | None:
@@ -75,10 +76,21 @@ def facts(prefix: Path, backend: str, args: argparse.Namespace) -> dict[str, Any
         info = {}
     settings = {k: getattr(args, k, None) for k in SETTINGS}
     settings["synth_rates"] = list(settings["synth_rates"] or ())
+    if settings["mix"] is None:  # no --mix: left out, so the results written before the setting keep their key
+        del settings["mix"]
     settings["tasks"] = [hashlib.sha256(Path(p).read_bytes()).hexdigest()[:16] for p in args.tasks or ()]
     return {"build": info.get("build_id") or str(prefix.resolve()), "target": file_fact(args.target),
             "draft": file_fact(args.draft), "device": device_fact(prefix / "bin" / "llama-server", backend),
             "parallel": parallel_fact(args), "settings": settings}
+
+
+def task_source(paths: list[Path] | None) -> str:
+    """Where the tune's tasks came from, for the record: the bench's standard set, or each --tasks file's name and
+    sha256 prefix (never its content: prompts can be private)."""
+    if not paths:
+        return f"the bench's standard set ({STANDARD_SET})"
+    return ", ".join(f"{Path(p).name} (sha256 {hashlib.sha256(Path(p).read_bytes()).hexdigest()[:16]})"
+                     for p in paths)
 
 
 def key(found: Mapping[str, Any]) -> str:

@@ -1,0 +1,132 @@
+"""No started answer is cut by a restart (issue 51 item 2), on the lab host's real llama-server: a request begun on
+purpose in the window between the drain's last look at idle slots and its hold is answered whole, and one that
+arrives during the hold is answered whole or refused (no answer at all), never cut.
+
+The window is opened on purpose with drain.py's ``--pause-after-look`` (it says on stderr when the look found idle
+slots and when the hold began): the first client starts right after the look, the second once the hold began.
+Each way of holding is tried: socket filters on llama-server's sockets and the frozen look, both run through
+nsenter (outside the container's seccomp filter), and ``--hold auto`` run over SSH as the deploy runs it (under
+systemd-nspawn's seccomp filter pidfd_getfd is refused, so that one holds with the frozen look, and says why).
+
+Each case prints one row (run with -s): case | first (in the gap) | second (in the hold) | held | held s.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_deploy import UNIT, deploy, main_pid
+
+pytestmark = [pytest.mark.integration, pytest.mark.systemd]
+
+DRAIN = Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "files" / "drain.py"
+ROWS: list[str] = []
+
+# one streamed completion (lab.CLIENT's request): whether it ended whole, the pieces it got, a refusal's status
+ONE = r"""
+import json, sys, time, urllib.error, urllib.request
+t0, pieces, done, status, error = time.time(), 0, False, None, None
+body = json.dumps({"prompt": "Write a long story about a lighthouse keeper and the sea:", "n_predict": int(sys.argv[1]),
+                   "stream": True, "temperature": 0, "cache_prompt": False, "ignore_eos": True}).encode()
+try:
+    req = urllib.request.Request("http://127.0.0.1:8080/completion", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        for line in resp:
+            if line.startswith(b"data: "):
+                pieces += 1
+                done = done or bool(json.loads(line[6:]).get("stop"))
+except Exception as exc:
+    status = exc.code if isinstance(exc, urllib.error.HTTPError) else None
+    error = repr(exc)[:200]
+print(json.dumps({"ok": done, "pieces": pieces, "status": status, "error": error, "start": t0, "end": time.time()}))
+"""
+
+HEALTHY = """
+import sys, time, urllib.request
+deadline = time.monotonic() + 120
+while True:
+    try:
+        if urllib.request.urlopen("http://127.0.0.1:8080/health", timeout=5).status == 200:
+            break
+    except OSError:
+        pass
+    if time.monotonic() > deadline:
+        sys.exit("the service did not answer /health in 120 s")
+    time.sleep(0.2)
+"""
+
+
+@pytest.fixture(scope="module")
+def served(labhost, llama_build) -> None:
+    run = deploy(labhost, "-e", "llama_server_speed_gate=off")
+    assert run.rc == 0, run.output[-6000:]
+    labhost.run(["sh", "-c", "cat > /run/specops-drain-window.py"], input=DRAIN.read_text())
+
+
+class Client:
+    """One streamed request from inside the lab host, started now; ``record()`` waits for its one-line record."""
+
+    def __init__(self, labhost, tokens: int) -> None:
+        self.proc = subprocess.Popen(labhost.host.nsenter_argv(["python3", "-c", ONE, str(tokens)]),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def record(self) -> dict:
+        out, _ = self.proc.communicate(timeout=360)
+        return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(("way", "hold"), [("nsenter", "filters"), ("nsenter", "freeze"), ("ssh", "auto")],
+                         ids=["socket filters", "frozen look", "as the deploy runs it"])
+def test_a_request_begun_in_the_restart_window_is_answered_whole(served, labhost, way, hold):
+    before = main_pid(labhost)
+    cmd = ["python3", "/run/specops-drain-window.py", "--unit", f"{UNIT}.service", "--url", "http://127.0.0.1:8080",
+           "--timeout", "120", "--grace", "10", "--hold", hold, "--pause-after-look", "5"]
+    argv = labhost.host.nsenter_argv(cmd) if way == "nsenter" else labhost.host.ssh_argv([shlex.join(cmd)])
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = second = None
+    said: list[str] = []
+    stdout: list[str] = []
+    assert proc.stdout is not None and proc.stderr is not None
+    reader = threading.Thread(target=lambda out=proc.stdout: stdout.append(out.read()), daemon=True)
+    reader.start()
+    for line in proc.stderr:
+        said.append(line)
+        if line.startswith("drain: slots idle") and first is None:
+            first = Client(labhost, 48)        # in the gap: after the idle look, before the hold
+        elif line.startswith("drain: held") and second is None:
+            time.sleep(0.5)                    # the hold has begun (and the first is being answered)
+            second = Client(labhost, 16)
+    rc = proc.wait(timeout=300)
+    reader.join(10)
+    assert rc == 0, "".join(said)[-3000:] + "".join(stdout)[-3000:]
+    assert first is not None and second is not None, "".join(said)
+    out = json.loads("".join(stdout).strip().splitlines()[-1])
+    a, b = first.record(), second.record()
+    ROWS.append(f"| {way}, --hold {hold} | {a['pieces']} pieces, {'whole' if a['ok'] else 'NOT WHOLE'} | "
+                f"{'whole' if b['ok'] else 'refused' if b['pieces'] == 0 else 'CUT'} ({b['status'] or b['error']}) | "
+                f"{out.get('held')} {out.get('no_filters', '')} | {out.get('held_s')} |")
+    print("\nWINDOW " + ROWS[-1])
+    assert a["ok"] and a["pieces"] > 1, (a, out)                  # begun in the window: answered whole
+    assert b["ok"] or b["pieces"] == 0, (b, out)                  # in the hold: whole or refused, never cut
+    assert out["drained"] and out["open_at_signal"] == 0 and out["stop_hung"] is False, out
+    assert out["held"] == {"filters": "socket filters", "freeze": "frozen look"}.get(hold, out["held"]), out
+    assert out["held"] in ("socket filters", "frozen look"), out
+    assert out["held_s"] >= 5, out                                # the pause, then the first answer's end
+    labhost.run(["python3", "-c", HEALTHY], timeout=150)          # the drain restarted it: it serves again
+    assert main_pid(labhost) != before
+
+
+def test_restart_window_table(served):
+    """The rows collected above, for the note."""
+    print("\n| case | first (begun in the gap) | second (during the hold) | held | held s |")
+    for line in ROWS:
+        print(line)
+    assert ROWS
