@@ -371,3 +371,18 @@ def test_a_deploy_stops_what_an_interrupted_one_left_and_says_so(tuned, labhost,
     assert line, run.text[-4000:]
     assert not tune_active(labhost) and not strays(labhost)
     print(f"\nLEFTOVER | {line.group(0)}")
+
+
+def test_another_parallel_tunes_again_and_the_record_says_why(tuned, labhost, profile):
+    """The tune measures one stream; its record is for the service's slots it was made for: a deploy with another
+    llama_server_parallel does not reuse it (issue 51 item 3), it tunes again and says what moved."""
+    before = host_json(labhost, "tune.json")
+    run = deploy(labhost, profile, {"llama_server_parallel": 2})  # nothing else moves
+    assert run.rc == 0, run.output[-6000:]
+    assert "reused: the result of" not in run.text, run.text[-4000:]
+    after = host_json(labhost, "tune.json")
+    assert after["retuned_because"] == ["parallel"], after.get("retuned_because")
+    assert after["facts"]["parallel"] == 2 and before["facts"].get("parallel", 1) != 2
+    assert after["key"] != before["key"] and after["when"] != before["when"]
+    assert after["concurrency"].endswith("the service runs 2 slot(s)"), after["concurrency"]
+    assert "--parallel 2" in labhost.run(["systemctl", "cat", UNIT]).stdout
