@@ -97,18 +97,7 @@ TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FI
 
 def sockets_on_port(port: int) -> list[str]:
     """States of the TCP sockets (IPv4 and IPv6) whose local port is ``port``, from /proc/net/tcp{,6}."""
-    states = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as fh:
-                rows = fh.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 3 and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                states.append(TCP_STATES.get(fields[3], fields[3]))
-    return states
+    return [TCP_STATES.get(state, state) for lport, state, _, _ in tcp_rows() if lport == port]
 
 
 def wait_port_free(port: int, timeout: float, interval: float = 0.2) -> tuple[float, list[str]]:
@@ -229,10 +218,12 @@ def program(insns: tuple[tuple[int, int, int, int], ...]) -> bytes:
     return bytes(Prog(len(insns), ctypes.cast(code, ctypes.POINTER(Insn))))
 
 
-def tcp_rows(pid: int) -> list[tuple[int, str, int, int]]:
-    """(local port, state, remote port, inode) of the TCP sockets in ``pid``'s network namespace."""
+def tcp_rows(pid: int | None = None) -> list[tuple[int, str, int, int]]:
+    """(local port, state, remote port, inode) of the TCP sockets in ``pid``'s network namespace (None: this
+    process's), from the kernel's tables /proc/[PID/]net/tcp{,6}."""
     rows = []
-    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
+    base = f"/proc/{pid}/net" if pid is not None else "/proc/net"
+    for table in (f"{base}/tcp", f"{base}/tcp6"):
         try:
             with open(table) as fh:
                 lines = fh.read().splitlines()[1:]

@@ -569,7 +569,7 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     over, preds = _predict(s, costs, found, args.draft is not None and not pruned, pruned)
     shortlisted, dropped = decide.shortlist(preds, s.top, args.margin, always=(
         probes.engine_default(s.caps.commit) or probes.DEFAULT_ARM,))
-    s.open += [f"{n}: {why}" for n, why in dropped.items() if why.endswith("stays open") or "no room" in why]
+    s.open += [f"{n}: {why}" for n, why in dropped.items() if why.endswith("stays open")]
     compared = [p.name for p in preds if args.measure_all and p.predicted is not None and p.name not in shortlisted]
     s.meter.update("predictions", f"{len(preds)} candidates predicted, shortlisted: {', '.join(shortlisted) or 'none'}",
                    s.left())

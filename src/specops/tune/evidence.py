@@ -119,13 +119,16 @@ class Blocks:
     def figure(self, name: str, ref: str, mix: Mapping[str, float] | None = None) -> Interval | str:
         """``name``'s decision interval against ``ref`` (over ``mix`` when given), or the line that says why it has
         none: never in a block with ``ref``, or, with a mix, no task of one of its workloads."""
-        if not self.task_ratios(name, ref):
+        ratios = self.task_ratios(name, ref)
+        if not ratios:
             return f"{name}: never measured in a block with plain decoding ({ref}): left out of the decision"
-        gaps = self.mix_gaps(name, ref, mix) if mix else []
+        if not mix:
+            return geomean_ratio_ci(list(ratios.values()))
+        gaps = self.mix_gaps(name, ref, mix)
         if gaps:
             return (f"{name}: no task of {', '.join(gaps)} (in the mix) measured in a block with plain decoding "
                     f"({ref}): left out of the decision")
-        iv = self.mix_interval(name, ref, mix) if mix else self.interval(name, ref)
+        iv = self.mix_interval(name, ref, mix)
         assert iv is not None
         return iv
 

@@ -12,7 +12,6 @@ Each step also looks at the tune's leash (:mod:`specops.tune.leash`): a tune who
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import TextIO
 
 from specops.bench.design import Block, Design
 from specops.bench.runner import Progress
-from specops.tune.leash import Leash
+from specops.tune.leash import Leash, write_whole
 
 
 def add_argument(p: argparse.ArgumentParser) -> None:
@@ -61,11 +60,9 @@ class ProgressFile:
     def write(self, text: str) -> None:
         if self.path is None:
             return
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(text + "\n")
-            os.replace(tmp, self.path)
+            write_whole(self.path, text + "\n")
         except OSError as exc:
             print(f"specops tune: progress file {self.path}: {exc.strerror or exc}; not written again",
                   file=sys.stderr, flush=True)

@@ -2,7 +2,7 @@
 
 The deploy runs ``specops tune`` with ``systemd-run --unit specops-tune`` (a runtime limit of its budget plus grace,
 the whole control group killed when it ends, probe servers included) and watches it from the controller with this
-module, run on the host with the host's Python (standard library only):
+module, run on the host with the host's Python (the standard library, and specops.tune.leash, which is too):
 
 ``sweep``
     Before the tune starts, under the deploy lock: stops what an interrupted deploy left -- the unit still running,
@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specops.tune.leash import STOPPED, write_whole
+
 ACTIVE = frozenset({"active", "activating", "deactivating", "reloading", "refreshing"})
 CLD = {"1": "exited", "2": "killed", "3": "dumped"}  # systemctl show's ExecMainCode (si_code) in systemd's words
 SERVERS = ("llama-server", "llama-bench")
-UNPROVEN = 3  # specops tune's own exit statuses (specops.commands.tune, specops.tune.leash)
-STOPPED = 4
+UNPROVEN = 3  # specops tune's own exit status for an unproven result (specops.commands.tune; STOPPED: the leash's)
 TERM_WAIT_S = 10.0  # SIGTERM, then SIGKILL
 SETTLE_S = 3.0  # a unit seen ended without its record: how long its ExecStopPost may still take to write it
 SHOW = ("LoadState", "ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStatus", "MainPID",
@@ -125,9 +126,7 @@ def record_exit(exit_file: Path, log: Path | None, err: Path | None, budget_min:
     rec = {"result": result, "code": code, "status": status, "rc": rc, "why": line,
            "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     exit_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = exit_file.with_name(f".{exit_file.name}.tmp")
-    tmp.write_text(json.dumps(rec) + "\n")
-    os.replace(tmp, exit_file)
+    write_whole(exit_file, json.dumps(rec) + "\n")
     return rec
 
 
