@@ -78,6 +78,7 @@ def test_each_committed_run_names_its_reference_interval_and_tie() -> None:
     for run, c in got.items():
         assert "tie at" in c.reason or len(c.tie) == 1, run
         assert c.paired and "paired in the same blocks" in c.paired, run
+        assert "against plain decoding, 12 tasks" in c.reason, (run, c.reason)  # the figure names its sample
 
 
 def test_candidates_never_in_a_block_with_the_reference_are_left_out_and_said() -> None:

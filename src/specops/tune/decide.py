@@ -223,13 +223,14 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
         word = ("nothing pays: the best candidate cannot gain " + f"{margin:.0%}" if settled
                 else "undecided: the intervals reach both sides of plain decoding; plain decoding is served until a "
                      "longer measurement settles it")
-        return Choice(PLAIN, best.name, f"{word} (best {best.name} {best.speedup.fmt()} against plain decoding)",
+        return Choice(PLAIN, best.name, f"{word} (best {best.name} {best.speedup.fmt()} against plain decoding, "
+                                        f"{best.speedup.n} tasks)",
                       figures, (PLAIN, *names), settled, None, tuple(left))
     eligible = [m for m in tie if m.speedup.significantly_above(1.0)]
     chosen = eligible[0]
     rest = [m for m in tie if m is not chosen] or [m for m in usable if m is not chosen]
     runner = max(rest, key=lambda m: m.speedup.estimate).name if rest else None
-    reason = f"{chosen.name} {chosen.speedup.fmt()} against plain decoding"
+    reason = f"{chosen.name} {chosen.speedup.fmt()} against plain decoding, {chosen.speedup.n} tasks"
     if len(tie) > 1:
         unproven = [m.name for m in tie if m not in eligible]
         reason += (f"; {', '.join(names)} tie at {span} (their intervals overlap the best's, {best.name} "
