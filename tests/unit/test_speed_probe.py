@@ -21,6 +21,20 @@ from specops.speedgate import judge, message
 PROBE = Path(__file__).resolve().parents[2] / "roles/llama_server/files/speed_probe.py"
 
 
+class _Joined(ThreadingHTTPServer):
+    """Request threads that end with the server: ``server_close`` joins them (ThreadingHTTPServer's daemon threads
+    are not joined), and a client that hung up is not a traceback. A handler left sleeping past its test once wrote
+    into a closed socket while another test on the worker parsed source: the traceback printer's ``ast.parse`` in
+    that thread raced it (CPython 3.11.7 keeps the AST converter's recursion depth per interpreter, not per thread:
+    "SystemError: AST constructor recursion depth mismatch")."""
+
+    daemon_threads = False
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class Server:
     """/health, /slots (our requests + ``foreign`` requests of an imagined client), chat that takes 0.3 s."""
 
@@ -66,7 +80,7 @@ class Server:
                 self._send({"timings": {"predicted_n": 32, "predicted_per_second": tps, "draft_n": 0,
                                         "draft_n_accepted": 0}})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Joined(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
