@@ -1,5 +1,6 @@
 """Filters for roles/llama_server's auto-tune (tasks/tune.yml): what the tune may choose from the role's settings,
-what of its result the deploy applies, and the summary the speed gate's record keeps (specops.tune.deploy)."""
+what of its result the deploy applies, and the summary the speed gate's record keeps (specops.tune.deploy); the
+operator's task files and mix checked (specops.tune.inputs)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from specops.tune import deploy
+from specops.tune import deploy, inputs
 
 
 def specops_tune_scope(mode: str, spec_type: Any, draft_n_max: Any, has_draft: Any, lengths: list[int]) -> dict:
@@ -36,7 +37,18 @@ def specops_tune_summary(result: Any, applied: dict[str, Any], reused: Any) -> d
     return deploy.summary(_result(result), a, bool(reused))
 
 
+def specops_tune_input_problems(paths: Any, shares: Any, ctx_size: Any, max_tokens: Any, parallel: Any = 1) -> list:
+    return inputs.problems(list(paths or []), dict(shares or {}), int(ctx_size or 0), int(max_tokens),
+                           int(parallel or 1))
+
+
+def specops_tune_mix_arg(shares: Any) -> str:
+    return inputs.mix_text(dict(shares or {}))
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {"specops_tune_scope": specops_tune_scope, "specops_tune_apply": specops_tune_apply,
-                "specops_tune_summary": specops_tune_summary}
+                "specops_tune_summary": specops_tune_summary,
+                "specops_tune_input_problems": specops_tune_input_problems,
+                "specops_tune_mix_arg": specops_tune_mix_arg}

@@ -13,6 +13,7 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -108,6 +109,20 @@ def draft_not_readable(labhost) -> None:
 # Each refusal here goes through the real playbook on a live host. Settings checked by the argument specs alone
 # (a negative draft length, a word where a number belongs, an unknown spec type, a privileged baseline port) are
 # refused by the same task as "parallel 0": their one-line messages are tested in tests/unit/test_deploy_checks.py.
+TUNE_TASKS = "/tmp/specops-inputs-tune"  # on the controller (the test's machine), where the role reads task files
+
+
+def tune_tasks(name: str, lines: list[str]) -> Callable:
+    """Setup: a task file ``name`` on the controller (the role reads llama_server_tune_tasks there)."""
+    def setup(labhost) -> None:
+        Path(TUNE_TASKS).mkdir(exist_ok=True)
+        (Path(TUNE_TASKS) / name).write_text("\n".join(lines) + "\n")
+    return setup
+
+
+EDIT = json.dumps({"id": "e1", "workload": "edit", "messages": [{"role": "user", "content": "rename a to b: a = 1"}]})
+
+
 CASES = {
     "relative models dir": Case(["specops_models_dir=srv/models"], "specops_models_dir", "not an absolute path"),
     "newline in path": Case(['{"specops_models_dir": "/srv/spec\\nops"}'], "specops_models_dir",
@@ -152,7 +167,17 @@ CASES = {
                                            "llama_server_api_key_file", "not printable ASCII",
                                            setup=key_file("key-bom", "\\357\\273\\277secret-key\\n"),
                                            teardown=remove(f"{TEST_DIR}/key-bom")),
+    # issue 52: the tune's own traffic, read on the controller (file:line), refused whatever llama_server_tune says
+    "tune task file not in the format": Case([json.dumps({"llama_server_tune_tasks": [f"{TUNE_TASKS}/bad.jsonl"]})],
+                                             "llama_server_tune_tasks", "bad.jsonl:2: invalid JSON",
+                                             setup=tune_tasks("bad.jsonl", [EDIT, "{not json"])),
+    "tune mix with a negative share": Case([json.dumps({"llama_server_tune_tasks": [f"{TUNE_TASKS}/edits.jsonl"],
+                                                        "llama_server_tune_mix": {"edit": -1}})],
+                                           "llama_server_tune_mix", "edit's share is negative",
+                                           setup=tune_tasks("edits.jsonl", [EDIT]),
+                                           absent=["/etc/specops/tune-tasks/edits.jsonl"]),
 }
+
 @dataclass
 class Refusal:
     run: lab.PlaybookRun

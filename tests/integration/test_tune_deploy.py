@@ -390,3 +390,53 @@ def test_another_parallel_tunes_again_and_the_record_says_why(tuned, labhost, pr
     assert after["key"] != before["key"] and after["when"] != before["when"]
     assert after["concurrency"].endswith("the service runs 2 slot(s)"), after["concurrency"]
     assert "--parallel 2" in labhost.run(["systemctl", "cat", UNIT]).stdout
+
+
+PRIVATE = "specops-private-prompt-7d41"  # in every prompt of the team's file: it must never show in the deploy's output
+
+
+def test_the_teams_own_tasks_reach_the_host_for_root_only_and_the_record_names_them(tuned, labhost, profile,
+                                                                                    tmp_path):
+    """Issue 52 item 1: llama_server_tune_tasks (on the controller) reach the host readable by root only, next to a
+    tune work dir that is root's alone; a file no longer listed is removed; the tune measures on them (its record and
+    the speed gate's record name the file and the mix, never a prompt), and nothing prints a prompt."""
+    team = tmp_path / "team-edits.jsonl"
+    team.write_text("".join(json.dumps({"id": f"team-{i}", "workload": "edit", "messages": [{
+        "role": "user", "content": f"Rename total to subtotal, change nothing else ({PRIVATE}):\n"
+                                   f"def f(total):\n    total += {i}\n    return total\n"}]}) + "\n" for i in range(3)))
+    labhost.run(["sh", "-c", f"mkdir -p {STATE}/tune-tasks && touch {STATE}/tune-tasks/left-by-an-old-deploy.jsonl"])
+    run = deploy(labhost, profile, {"llama_server_tune_tasks": [str(team)], "llama_server_tune_mix": {"edit": 1}})
+    assert run.rc == 0, run.output[-6000:]
+    assert PRIVATE not in run.output
+    modes = labhost.run(["stat", "-c", "%a %U %G %n", f"{STATE}/tune-tasks", f"{STATE}/tune-tasks/team-edits.jsonl",
+                         f"{STATE}/tune-work"]).stdout.split("\n")
+    assert modes[:3] == [f"700 root root {STATE}/tune-tasks", f"600 root root {STATE}/tune-tasks/team-edits.jsonl",
+                         f"700 root root {STATE}/tune-work"], modes
+    assert labhost.run(["ls", f"{STATE}/tune-tasks"]).stdout.split() == ["team-edits.jsonl"]
+    rec = host_json(labhost, "tune.json")
+    assert rec["task_source"] == f"team-edits.jsonl (sha256 {record.task_source([team]).split('sha256 ')[1]}", rec
+    assert rec["mix"] == {"edit": 1.0} and rec["mix_how"].startswith("weighted by time for the mix edit 100%"), rec
+    assert {"setting tasks", "setting mix"} <= set(rec["retuned_because"]), rec["retuned_because"]
+    assert PRIVATE not in json.dumps(rec)
+    gate = host_json(labhost, "speed-gate.json")
+    assert gate["tune"]["tasks"] == rec["task_source"] and gate["tune"]["mix"] == "edit 100%", gate.get("tune")
+
+
+def test_at_two_slots_the_tune_measures_two_streams_in_flight_and_chooses_for_them(tuned, labhost, profile):
+    """Issue 52 item 2: llama_server_parallel 2 with the kind left open: the one-stream measurement (the table) and
+    then its choice, or the best it measured, against plain decoding with 2 streams in flight (the saturation soak's
+    machinery); /slots showed both slots processing at once in both arms, and the reason says the choice is for 2."""
+    run = deploy(labhost, profile, {"llama_server_spec_type": "auto", "llama_server_parallel": 2,
+                                    "llama_server_tune_budget": 4})
+    assert run.rc == 0, run.output[-6000:]
+    rec = host_json(labhost, "tune.json")
+    at = rec["streams"]
+    assert at is not None, rec["open"]
+    assert at["n"] == 2 and at["streams_in_flight"] == {"speculative": 2, "plain": 2}, at
+    assert at["blocks"] >= 2 and at["speedup"]["estimate"] > 0 and at["tokens_per_s"]["plain"] > 0, at
+    assert at["latency_s"]["plain"]["total"]["p50"] > 0, at
+    assert any(c["measured"] for c in rec["candidates"])  # the one-stream figures beside it
+    assert rec["concurrency"].startswith("2 streams: "), rec["concurrency"]
+    assert "2 streams" in rec["reason"], rec["reason"]
+    assert rec["phases_s"]["streams"] > 0, rec["phases_s"]
+    print(f"\nAT N=2 | {at['candidate']} {at['measured']} | chosen {rec['chosen']}: {rec['reason']}")

@@ -313,7 +313,9 @@ TUNE = {"chosen": "exact-n8", "reason": "the fastest measured that is identical 
         "applied": {"llama_server_draft_n_max": 8}, "kept": {}, "reused": False, "when": "2026-11-27T06:00:00+0000",
         "key": "abc123", "build": {"commit": "0c1e57098"}, "models": {}, "device": "cpu: test x2", "open": [],
         "concurrency": "one stream", "candidates": [{"name": "exact-n8", "predicted": 1.26,
-                                                     "measured": "1.10× [1.08, 1.11]", "verdict": "chosen"}]}
+                                                     "measured": "1.10× [1.08, 1.11]", "verdict": "chosen"}],
+        "tasks": "edits.jsonl (sha256 0123456789abcdef)", "mix": "edit 70%, prose 30%"}
+WHAT = {"tasks": "edits.jsonl (sha256 0123456789abcdef)", "mix": "edit 70%, prose 30%"}
 TUNE_SERIES = ("specops_tune_info", "specops_tune_draft_n_max", "specops_tune_measured_speedup",
                "specops_tune_measured_speedup_low", "specops_tune_measured_speedup_high",
                "specops_tune_predicted_speedup")
@@ -333,7 +335,7 @@ def test_an_ok_record_with_a_tune_exports_its_choice_and_figures(host: Host) -> 
                                  "specops_tune_measured_speedup": 1.10, "specops_tune_measured_speedup_low": 1.08,
                                  "specops_tune_measured_speedup_high": 1.11, "specops_tune_predicted_speedup": 1.26}
     assert fams["specops_tune_info"][0].labels == {"chosen": "exact-n8", "spec_type": "draft-simple",
-                                                   "when": "2026-11-27T06:00:00+0000", "reused": "false"}
+                                                   "when": "2026-11-27T06:00:00+0000", "reused": "false", **WHAT}
     assert all(name in fams for name in FIGURES)  # and the gate's own series, as without a tune
 
 
@@ -344,7 +346,7 @@ def test_a_tune_without_figures_exports_only_what_it_has(host: Host) -> None:
     fams = exposition(host)
     assert tune_series(fams) == {"specops_tune_info": 1.0, "specops_tune_measured_speedup": 1.0}
     assert fams["specops_tune_info"][0].labels == {"chosen": "plain", "spec_type": "unknown",
-                                                   "when": "2026-11-27T06:00:00+0000", "reused": "true"}
+                                                   "when": "2026-11-27T06:00:00+0000", "reused": "true", **WHAT}
 
 
 def test_a_tune_is_exported_whatever_the_gates_verdict(host: Host) -> None:

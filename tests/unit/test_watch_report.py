@@ -159,6 +159,11 @@ def test_the_tuned_profile_says_only_what_its_series_say() -> None:
     assert tuned_line(unmeasured) == ("Tuned profile (the deploy's auto-tune): exact-n4, draft length 4, not "
                                       "measured, tuned unknown, reused: unknown")
     assert tuned_line(None) == "Tuned profile (the deploy's auto-tune): no data"
+    own = Tuned({"chosen": "exact-ngram-simple", "when": "2026-11-27T06:00:00+0000", "reused": "false",
+                 "tasks": "edits.jsonl (sha256 0123456789abcdef)", "mix": "edit 70%, prose 30%"}, {TUNE_SPEEDUP: 1.2})
+    assert tuned_line(own) == ("Tuned profile (the deploy's auto-tune): exact-ngram-simple, measured 1.20× (no "
+                               "interval) vs plain decoding, tuned 2026-11-27T06:00:00+0000, on edits.jsonl (sha256 "
+                               "0123456789abcdef) (edit 70%, prose 30%), reused: no")
 
 
 def test_alerts_that_fired_with_their_times(prom: str, tmp_path: Path) -> None:

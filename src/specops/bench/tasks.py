@@ -63,9 +63,12 @@ def _parse_line(raw: dict[str, Any], where: str, default_workload: str) -> Task:
     if not isinstance(messages, list) or not messages:
         raise TaskError(f"{where}: 'messages' must be a non-empty list of {{role, content}}")
     parsed: list[tuple[str, str]] = []
-    for m in messages:
+    for i, m in enumerate(messages, 1):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise TaskError(f"{where}: every message needs role in {ROLES} and string content, got {m!r}")
+            # never the content itself: a task file can hold private prompts
+            got = (f"role {str(m.get('role'))[:20]!r}, content of type {type(m.get('content')).__name__}"
+                   if isinstance(m, dict) else f"a JSON {type(m).__name__}")
+            raise TaskError(f"{where}: message {i} needs role in {ROLES} and string content (got {got})")
         parsed.append((m["role"], m["content"]))
     if parsed[-1][0] != "user":
         raise TaskError(f"{where}: the last message must be from the user")

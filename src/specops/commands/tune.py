@@ -17,6 +17,7 @@ Runs with or without Ansible, on any machine with a llama.cpp build (no systemd 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -37,7 +38,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
-from specops.tune import decide, evidence, leash, mix, probes, progress, quiet, record
+from specops.tune import decide, evidence, leash, mix, probes, progress, quiet, record, streams
 
 NAME = "tune"
 HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
@@ -129,7 +130,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "say what changed")
     p.add_argument("--parallel", type=record.parallel_arg, default=1, metavar="N",
                    help="the service's slots (llama_server_parallel): part of what --reuse compares, so another N "
-                        "tunes again; the measurement itself is one request at a time (default 1)")
+                        "tunes again; with N > 1 the one-stream choice (or the best measured) is measured again with "
+                        "N streams in flight against plain decoding at N, and the choice is made for N (default 1)")
     p.add_argument("--quiet", action="store_true")
     progress.add_argument(p)
     leash.add_arguments(p)
@@ -171,6 +173,7 @@ class Setup:
     meter: progress.ProgressFile = field(default_factory=progress.ProgressFile)  # --progress-file
     top: int = 3  # candidates measured (--top, else per build: 3 on a GPU, 2 on a CPU)
     ngram_probes: bool = True  # each n-gram type probed before the measurement (--ngram-probes)
+    n_reserve: float = 0.0  # seconds kept for the measurement at the service's N streams (--parallel > 1)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -238,6 +241,7 @@ def _setup(args: argparse.Namespace) -> Setup:
               now + args.probe_share * args.budget * 60)
     s.top = args.top or (3 if cfg.gpu else 2)
     s.ngram_probes = args.ngram_probes == "yes" or (args.ngram_probes == "auto" and cfg.gpu)
+    s.n_reserve = streams.reserve_s(args.budget * 60) if args.parallel > 1 and not args.predict_only else 0.0
     return s
 
 
@@ -384,7 +388,8 @@ def _predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
 def _measure(s: Setup, args: argparse.Namespace, chosen: list[str],
              plain_s_per_token: float = 0.0) -> dict[str, Any] | None:
     """The shortlist side by side with plain decoding: the bench's paired design, A/A check and identity rule."""
-    minutes = (s.left() - REPORT_RESERVE_S) / 60  # the bench's own report and the result fit inside the budget
+    # the bench's own report, the measurement at N streams (--parallel > 1) and the result fit inside the budget
+    minutes = (s.left() - REPORT_RESERVE_S - s.n_reserve) / 60
     if minutes < 0.5:
         s.open.append(f"{', '.join(chosen)}: not measured (budget spent before the measurement)")
         return None
@@ -576,7 +581,7 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     bench = None
     if (shortlisted or compared) and not args.predict_only:
         bench = _measure(s, args, shortlisted + compared, found[probes.PLAIN_ARM].run.seconds_per_token)
-        s.phase("measure", t)
+        t = s.phase("measure", t)
     s.meter.update("choose", "from the paired blocks" if bench is not None else "nothing measured", s.left())
     measured, choice, per_wl = _decide(s, args, bench, shortlisted, shortlisted + compared)
     unmeasured = [n for n in shortlisted if n not in {m.name for m in measured}]
@@ -593,7 +598,46 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
                                "with more time settles it", {}, settled=False, left_out=choice.left_out)
     elif not choice.settled:
         s.open.append(choice.reason)
-    return _result(s, args, over, preds, shortlisted, dropped, measured, choice, per_wl, found)
+    at_n = None
+    if args.parallel > 1 and measured:
+        at_n, choice = _at_n(s, args, choice, measured)
+        s.phase("streams", t)
+    result = _result(s, args, over, preds, shortlisted, dropped, measured, choice, per_wl, found)
+    if args.parallel > 1:
+        result["streams"] = at_n.to_dict() if at_n else None
+        result["concurrency"] = (f"{args.parallel} streams: the table's figures are for one request at a time; the "
+                                 f"choice was measured again with {args.parallel} streams in flight (streams)"
+                                 if at_n else result["concurrency"])
+    return result
+
+
+def _at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice,
+          measured: list[decide.Measured]) -> tuple[streams.AtN | None, decide.Choice]:
+    """The service runs N slots: the one-stream choice (or, plain decoding chosen, the best measured that may win)
+    against plain decoding, both with N streams in flight, and the choice for N (:mod:`specops.tune.streams`)."""
+    n = args.parallel
+    usable = [m for m in measured if m.identical or args.rule == "fastest"]
+    best = max(usable, key=lambda m: m.speedup.estimate, default=None)
+    name = choice.chosen if choice.chosen != decide.PLAIN else (best.name if best else None)
+    if name is None:
+        s.open.append(f"nothing measured at {n} streams: no candidate measured at one stream may be chosen")
+        return None, choice
+    workloads = tuple(w for w in args.workloads.split(",") if w.strip())
+    plan = streams.plan_for(n, s.left() - REPORT_RESERVE_S - streams.START_S, args.max_tokens,
+                            tuple(str(p) for p in args.tasks or ()), workloads)
+    if plan is None:
+        s.open.append(f"{name}: not measured at {n} streams (the budget was spent): the choice is for one stream")
+        return None, choice
+    s.meter.update("streams", f"{name} and plain decoding, {n} streams each, {plan.blocks} blocks", s.left())
+    at = streams.measure(s.cfg, name, n, plan, s.work / f"streams-n{n}")
+    stands, settled, why = streams.verdict(at)
+    if stands == (choice.chosen == name):  # the one-stream choice holds at N
+        return at, dataclasses.replace(choice, reason=f"{choice.reason}; at {n} streams: {why}")
+    if stands:
+        return at, decide.Choice(name, None, f"chosen for {n} streams: {why} (at one stream: {choice.reason})",
+                                 choice.figures, left_out=choice.left_out)
+    return at, decide.Choice(decide.PLAIN, name, f"plain decoding for {n} streams: {why} (at one stream: "
+                             f"{choice.reason})", choice.figures, settled=settled, left_out=choice.left_out)
 
 
 def _print(result: dict[str, Any], s: Setup, args: argparse.Namespace) -> None:
@@ -610,6 +654,10 @@ def _print(result: dict[str, Any], s: Setup, args: argparse.Namespace) -> None:
         print(f"best measured: {best['name']} {best['measured']}")
     for wl, arm in result["per_workload"].items():
         print(f"  {wl} would prefer: {arm}")
+    if result.get("streams"):
+        at = result["streams"]
+        print(f"at {at['n']} streams: {at['candidate']} {at['measured']} against plain decoding at {at['n']} streams "
+              f"(aggregate tok/s, {at['blocks']} blocks; slots processing at once: {at['streams_in_flight']})")
     for line in s.open:
         print(f"  still open: {line}")
     print(f"variables: {json.dumps(result['vars'])}\nresult: {s.work / 'tune.json'} "

@@ -67,8 +67,10 @@ def tune_series(tune: Tune | None) -> Iterator[Metric | None]:
     if tune is None:
         return
     info = InfoMetricFamily("specops_tune", "The deploy's auto-tune (llama_server_tune: auto): the profile it chose, "
-                            "its spec type, when it tuned, and whether this deploy reused that result (from the "
-                            "speed-gate record; only while specops_speed_gate_record_state{state=\"ok\"} is 1).")
+                            "its spec type, when it tuned, whether this deploy reused that result, the tasks it "
+                            "measured on (file names and hashes, never prompts) and the traffic mix it chose for "
+                            "(from the speed-gate record; only while "
+                            "specops_speed_gate_record_state{state=\"ok\"} is 1).")
     info.add_metric([], tune.labels)
     yield info
     n = tune.numbers

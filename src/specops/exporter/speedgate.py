@@ -65,8 +65,8 @@ class SpeedGate:
 @dataclass(frozen=True)
 class Tune:
     """The deploy's auto-tune as the record keeps it (``tune``): the info's labels (chosen, spec_type, when,
-    reused) and the figures present (draft_n_max, predicted, speedup_estimate, speedup_low, speedup_high,
-    speedup_n), each a finite number >= 0."""
+    reused, tasks: what it measured on, mix: the traffic's shares it chose for) and the figures present
+    (draft_n_max, predicted, speedup_estimate, speedup_low, speedup_high, speedup_n), each a finite number >= 0."""
 
     labels: dict[str, str]
     numbers: dict[str, float]
@@ -114,7 +114,7 @@ def parse_tune(value: Any) -> tuple[Tune | None, str]:
     if not isinstance(chosen, str) or not chosen.strip():
         return None, f"tune.chosen is {str(chosen)[:80]!r}, not a profile's name"
     labels = {"chosen": chosen}
-    for key in ("spec_type", "when"):
+    for key in ("spec_type", "when", "tasks", "mix"):
         v = value.get(key)
         if v is not None and not isinstance(v, str):
             return None, f"tune.{key} is {str(v)[:80]!r}, not a string"

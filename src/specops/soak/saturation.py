@@ -101,6 +101,7 @@ class SlotWatcher:
         self.slots: dict[int, dict[str, Any]] = {}
         self.polls = 0
         self.errors = 0
+        self.most_at_once = 0  # the most slots one poll saw processing together
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="slot-watcher", daemon=True)
 
@@ -114,6 +115,8 @@ class SlotWatcher:
             self.errors += 1
             return
         self.polls += 1
+        self.most_at_once = max(self.most_at_once, sum(1 for e in data if isinstance(e, dict)
+                                                       and e.get("is_processing") is True))
         for entry in data:
             if not isinstance(entry, dict) or not isinstance(entry.get("id"), int):
                 continue
@@ -137,7 +140,7 @@ class SlotWatcher:
     def stop(self) -> dict[str, Any]:
         self._stop.set()
         self._thread.join(timeout=self.timeout + self.interval + 5)
-        return {"polls": self.polls, "errors": self.errors,
+        return {"polls": self.polls, "errors": self.errors, "most_at_once": self.most_at_once,
                 "slots": {str(k): {"processing_seen": v["processing_seen"], "speculative": sorted(v["speculative"]),
                                    "n_ctx": v["n_ctx"]} for k, v in sorted(self.slots.items())}}
 
@@ -180,6 +183,7 @@ def summarize_arm(level: int, phases: list[dict[str, Any]]) -> dict[str, Any]:
             w = watched.setdefault(sid, {"processing_seen": 0, "speculative": set()})
             w["processing_seen"] += s["processing_seen"]
             w["speculative"].update(s["speculative"])
+    most_at_once = max((int(p["slots_seen"].get("most_at_once", 0)) for p in phases), default=0)
     ttft = [r["ttft"] for r in ok if r["ttft"] is not None]
     total = [r["end"] - r["start"] for r in ok]
     rss = [p["rss_max"] for p in phases if p["rss_max"] is not None]
@@ -195,6 +199,7 @@ def summarize_arm(level: int, phases: list[dict[str, Any]]) -> dict[str, Any]:
         "slots": slots,
         "slots_seen": {k: {"processing_seen": v["processing_seen"], "speculative": sorted(v["speculative"])}
                        for k, v in sorted(watched.items())},
+        "slots_processing_at_once": most_at_once,
         "ttft_s": {f"p{int(q * 100)}": percentile(ttft, q) for q in (0.5, 0.95, 0.99)},
         "total_s": {f"p{int(q * 100)}": percentile(total, q) for q in (0.5, 0.95, 0.99)},
         "rss_max_bytes": max(rss) if rss else None, "anon_max_bytes": max(anon) if anon else None,

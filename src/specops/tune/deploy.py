@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specops.knobs import uses_draft_model
+from specops.tune import mix
 from specops.tune.decide import PLAIN
 
 SPEC_TYPE = "llama_server_spec_type"
@@ -134,6 +135,9 @@ def summary(result: Mapping[str, Any], applied: Applied, reused: bool) -> dict[s
         "when": result.get("when"), "key": result.get("key"), "build": result.get("build"),
         "models": result.get("models"), "device": (result.get("facts") or {}).get("device"),
         "open": list(result.get("open") or []), "concurrency": result.get("concurrency"),
+        # what it measured on (never a prompt: the files' names and hashes) and the mix it chose for
+        "streams": (result.get("streams") or {}).get("measured"),  # at the service's N (None: one stream only)
+        "tasks": result.get("task_source"), "mix": mix.label(result.get("mix")) if "mix" in result else None,
         "candidates": [{"name": c.get("name"), "predicted": c.get("predicted"), "measured": c.get("measured"),
                         "verdict": c.get("verdict")} for c in result.get("candidates") or ()],
     }

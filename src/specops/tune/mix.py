@@ -111,6 +111,14 @@ def arithmetic(means: Mapping[str, float], shares: Mapping[str, float]) -> str:
     return f"1 / ({terms}) = {value:.2f}×"
 
 
+def label(shares: Mapping[str, float] | None) -> str:
+    """The mix in a few words, for the exporter's info series and the morning report: ``edit 70%, prose 30%``, or
+    ``each task the same`` without one."""
+    if not shares:
+        return "each task the same"
+    return ", ".join(f"{k} {s:.0%}" for k, s in normalised(shares).items())
+
+
 def describe(shares: Mapping[str, float] | None) -> str:
     """How the whole-mix figure was formed, for the record."""
     if not shares:

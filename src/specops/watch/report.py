@@ -57,6 +57,8 @@ def tuned_line(t: Tuned | None) -> str:
     else:
         parts.append("not measured")
     parts.append(f"tuned {t.labels.get('when', 'unknown')}")
+    if t.labels.get("tasks", "unknown") != "unknown":  # a record from before the tune named its tasks says nothing
+        parts.append(f"on {t.labels['tasks']} ({t.labels.get('mix', 'unknown')})")
     parts.append("reused: " + {"true": "yes", "false": "no"}.get(t.labels.get("reused", ""), "unknown"))
     return "Tuned profile (the deploy's auto-tune): " + ", ".join(parts)
 

@@ -1,0 +1,123 @@
+"""The tune at the service's concurrency (issue 52 item 2): with ``--parallel N`` > 1 the candidate the one-stream
+measurement chose (or, when it chose plain decoding, the best it measured) is measured again with N streams in
+flight against plain decoding with N streams, and the choice is made for N.
+
+This reuses the saturation soak (:mod:`specops.soak.saturation`) rather than a second load generator: both servers
+at ``--parallel N`` with the unit's numerics (the same as the one-stream measurement), resident side by side and
+loaded one at a time in alternating phases (ABBA), N clients each pinned to its slot, streamed requests from the
+tune's own tasks. The figure is the service's **aggregate** decode throughput (tokens of every stream ÷ the phase's
+wall time), paired per block (speculative ÷ plain), with a Student-t interval over the blocks; each stream's latency
+(time to the first token, whole request; median and 95th percentile) is kept beside it, and ``/slots`` polled in
+every phase says how many slots were seen processing at once (the evidence that N streams were in flight).
+
+The rule at N is the one-stream rule: the candidate stands only when it is confidently faster than plain decoding
+at N; confidently slower, plain decoding is served (settled); figures that reach both sides, plain decoding is
+served, undecided. Output identity is not judged at N (requests batched with different partners may differ from
+one-stream decoding in both arms alike): the one-stream identity check stands, and the record says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specops.bench.arms import BASELINE, on_unit, parse_arm
+from specops.bench.runner import BenchConfig
+from specops.bench.stats import Interval, geomean_ratio_ci
+from specops.server import ServerProcess
+from specops.soak.saturation import PLAIN, SPEC, SaturationPlan, SaturationRunner
+
+log = logging.getLogger(__name__)
+
+MIN_PHASE_S = 10.0  # a phase shorter than this measures mostly the requests' ramp-up and tail
+MAX_PHASE_S = 60.0
+BLOCKS = 4  # paired blocks (one phase per arm each) when the time allows
+START_S = 45.0  # two servers at --parallel N started, loaded and warmed (each slot once) before the first phase
+SHARE = 0.3  # of the tune's budget, kept for the measurement at N streams
+
+
+def reserve_s(budget_s: float) -> float:
+    """Seconds of the tune's budget kept for the measurement at N streams: SHARE of it, at least two blocks of the
+    shortest phases and the servers' start."""
+    return max(SHARE * budget_s, 4 * MIN_PHASE_S + START_S)
+
+
+@dataclass(frozen=True)
+class AtN:
+    """One candidate against plain decoding at N streams."""
+
+    n: int
+    candidate: str
+    speedup: Interval | None  # aggregate tok/s, speculative ÷ plain, over the paired blocks
+    tokens_per_s: dict[str, float | None] = field(default_factory=dict)  # per arm (speculative, plain)
+    latency_s: dict[str, dict[str, Any]] = field(default_factory=dict)  # per arm: ttft and total, p50 / p95
+    in_flight: dict[str, int] = field(default_factory=dict)  # per arm: the most slots one /slots poll saw processing
+    blocks: int = 0
+    seconds: float = 0.0
+    problems: tuple[str, ...] = ()
+
+    def fmt(self) -> str:
+        return self.speedup.fmt() if self.speedup else "not measured"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "candidate": self.candidate, "measured": self.fmt(),
+                "speedup": self.speedup.to_dict() if self.speedup else None, "tokens_per_s": self.tokens_per_s,
+                "latency_s": self.latency_s, "streams_in_flight": self.in_flight, "blocks": self.blocks,
+                "seconds": round(self.seconds, 1), "problems": list(self.problems),
+                "identity": "not judged at N streams (the one-stream check stands)"}
+
+
+def plan_for(n: int, seconds: float, max_tokens: int, task_files: tuple[str, ...],
+             workloads: tuple[str, ...]) -> SaturationPlan | None:
+    """The saturation plan that fits ``seconds`` of load (both arms): BLOCKS blocks of phases between MIN_PHASE_S
+    and MAX_PHASE_S, fewer blocks where the time is short; None where not even two blocks fit."""
+    phase = min(MAX_PHASE_S, seconds / (2 * BLOCKS))
+    if phase < MIN_PHASE_S:
+        phase = MIN_PHASE_S
+    blocks = int(seconds // (2 * phase))
+    if blocks < 2:
+        return None
+    return SaturationPlan(levels=(n,), duration=blocks * 2 * phase, phase=phase, faults=(), max_tokens=max_tokens,
+                          request_timeout=max(120.0, 4 * phase), recovery_timeout=60.0, task_files=task_files,
+                          workloads=workloads, slots_interval=0.5)
+
+
+def measure(cfg: BenchConfig, name: str, n: int, plan: SaturationPlan, log_dir: Path) -> AtN:
+    """``name`` (a candidate of the one-stream measurement) against plain decoding, both at ``--parallel n``."""
+    arms = {SPEC: on_unit(parse_arm(name)), PLAIN: on_unit(parse_arm(BASELINE))}
+    profiles = {arm: replace(cfg.profile_for(a), parallel=n) for arm, a in arms.items()}
+    ports: dict[str, int] = {}
+
+    def make(arm: str, level: int, generation: int) -> ServerProcess:
+        server = ServerProcess(cfg.server_binary, profiles[arm], cfg.caps,
+                               log_path=log_dir / f"n{level}-{arm}-{generation}.log", port=ports.get(arm))
+        ports[arm] = server.profile.port
+        return server
+
+    result = SaturationRunner(plan, make, run_id=f"tune-n{n}").run()
+    if not result.levels:
+        return AtN(n, name, None, problems=tuple(result.notes or ["nothing measured"]), seconds=result.duration_s)
+    level = result.levels[0]
+    ratios = [r for r in level["block_ratios"] if r > 0 and math.isfinite(r)]
+    arms_out = level["arms"]
+    return AtN(
+        n, name, geomean_ratio_ci(ratios) if ratios else None,
+        tokens_per_s={arm: arms_out[arm]["tokens_per_s"] for arm in (SPEC, PLAIN)},
+        latency_s={arm: {"ttft": arms_out[arm]["ttft_s"], "total": arms_out[arm]["total_s"]} for arm in (SPEC, PLAIN)},
+        in_flight={arm: arms_out[arm]["slots_processing_at_once"] for arm in (SPEC, PLAIN)},
+        blocks=len(ratios), seconds=result.duration_s, problems=tuple(level["problems"]))
+
+
+def verdict(at: AtN) -> tuple[bool, bool, str]:
+    """(the candidate stands at N, settled, why): it stands only when confidently faster than plain decoding at N."""
+    what = f"{at.candidate} at {at.n} streams {at.fmt()} against plain decoding at {at.n} streams ({at.blocks} blocks)"
+    if at.speedup is None or not at.speedup.has_ci:
+        return False, False, f"undecided at {at.n} streams: {what}: too few blocks for an interval"
+    if at.speedup.significantly_above(1.0):
+        return True, True, what
+    if at.speedup.significantly_below(1.0):
+        return False, True, f"slower at {at.n} streams: {what}"
+    return False, False, f"undecided at {at.n} streams: {what}: the interval reaches both sides of plain decoding"
