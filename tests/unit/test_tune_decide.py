@@ -116,3 +116,16 @@ def test_shortlist_names_what_the_prediction_cannot_tell_apart_and_measures_the_
     assert not dropped["exact-n2"].endswith("stays open")
     chosen, dropped = shortlist([Prediction("exact-spec-default", 0.80, "")], top=3, always=["exact-spec-default"])
     assert chosen == [] and "cannot clear" in dropped["exact-spec-default"]
+
+
+def test_the_engines_default_unpredicted_is_measured_whatever_the_room():
+    """The demo host on a team's edits (2026-11-27): the draft model at n12 and n16 predicted 1.13× took both places of
+    a CPU build's --top 2, and ngram-mod (llama.cpp's default, not probed on a CPU build: measured instead) went
+    unmeasured; then both draft lengths were out on the identity rule after one block and the tune ended on plain
+    decoding with 10 of its 12 minutes left. The engine's default is measured beside the best predicted."""
+    preds = [Prediction("exact-n12", 1.13, ""), Prediction("exact-n16", 1.13, ""), Prediction("exact-n8", 1.11, ""),
+             Prediction("exact-ngram-mod", None, "not probed"), Prediction("exact-ngram-simple", None, "not probed")]
+    chosen, dropped = shortlist(preds, top=2, always=["exact-ngram-mod"])
+    assert chosen == ["exact-n12", "exact-n16", "exact-ngram-mod"]
+    assert dropped["exact-ngram-simple"].endswith("no room left: stays open")
+    assert "exact-ngram-mod" not in dropped

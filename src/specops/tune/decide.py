@@ -98,8 +98,9 @@ def shortlist(preds: Sequence[Prediction], top: int = 3, margin: float = 0.05, e
               always: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
     """The candidates to measure (best predicted first, at most ``top``) and why each other one is not.
 
-    ``always``: measured whatever their rank unless the prediction rules them out by more than its own error (the
-    engine's own default: a tune never ends behind it without a measured reason). A candidate left out although its
+    ``always``: measured whatever their rank unless the prediction rules them out by more than its own error, and
+    whatever the room when they have no prediction (the engine's own default: a tune never ends behind it without a
+    measured reason). A candidate left out although its
     prediction is within ``error`` of the last one kept is said so ("stays open"), not ruled out."""
     known = sorted((p for p in preds if p.predicted is not None and math.isfinite(p.predicted)),
                    key=lambda p: -float(p.predicted or 0))
@@ -120,7 +121,9 @@ def shortlist(preds: Sequence[Prediction], top: int = 3, margin: float = 0.05, e
                                   if p.predicted * (1 + error) >= last else ""))
     for p in preds:
         if p.predicted is None or not math.isfinite(p.predicted):
-            if len(chosen) < top:
+            # the engine's default unpredicted (a CPU build measures the n-gram types instead of probing them) is
+            # measured whatever the room: predicted draft lengths once took both places and it went unmeasured
+            if len(chosen) < top or p.name in always:
                 chosen.append(p.name)
             else:
                 dropped[p.name] = f"no prediction ({p.how}) and no room left: stays open"
