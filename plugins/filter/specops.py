@@ -20,7 +20,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
 
 from ansible.errors import AnsibleFilterError
 
-from specops.argv import FlagError, build_argv
+from specops.argv import FlagError, build_argv, setting_in, spec_type_of
 from specops.buildopts import (
     DEFAULT_CUDA_ARCHITECTURES,
     DEFAULT_HIP_TARGETS,
@@ -33,7 +33,7 @@ from specops.buildopts import (
 )
 from specops.capabilities import Capabilities, parse_help, parse_version
 from specops.deploycheck import check_host, check_inputs, is_loopback, verify_problems
-from specops.devices import device_problem
+from specops.devices import device_problem, devices_argv
 from specops.knobs import KNOBS, knob, uses_draft_model
 from specops.profile import ProfileError, ServerProfile, models_wanted
 from specops.unitfile import (
@@ -60,6 +60,22 @@ def specops_argv(profile: dict, capabilities: dict, binary: str = "llama-server"
                           binary=binary)
     except (ProfileError, FlagError) as exc:
         raise AnsibleFilterError(f"llama-server arguments: {exc}") from exc
+
+
+def specops_argv_spec_type(argv: list[str], draft_model: Any = None) -> str:
+    """The speculative type a rendered llama-server argv runs (its spec type, default for llama.cpp's own config,
+    draft-simple on a build without spec types when there is a draft model, else none): specops.argv.spec_type_of."""
+    return spec_type_of([str(a) for a in argv or []], draft_model)
+
+
+def specops_argv_setting(argv: list[str], name: str, default: Any = None) -> Any:
+    """The value llama-server setting ``name`` (a knob) has on the command line ``argv``, else ``default``."""
+    return setting_in([str(a) for a in argv or []], str(name), default)
+
+
+def specops_devices_argv(binary: str) -> list[str]:
+    """``llama-server --list-devices``'s argv for ``binary``: specops.devices.devices_argv."""
+    return devices_argv(str(binary))
 
 
 def _unit(func, *args, **kwargs) -> str:
@@ -296,6 +312,9 @@ class FilterModule:
         return {
             "specops_capabilities": specops_capabilities,
             "specops_argv": specops_argv,
+            "specops_argv_spec_type": specops_argv_spec_type,
+            "specops_argv_setting": specops_argv_setting,
+            "specops_devices_argv": specops_devices_argv,
             "specops_systemd_exec": specops_systemd_exec,
             "specops_systemd_paths": specops_systemd_paths,
             "specops_systemd_env": specops_systemd_env,

@@ -64,11 +64,16 @@ def parse_list_devices(text: str) -> list[Device]:
             for m in map(_LINE.match, section.splitlines()) if m]
 
 
+def devices_argv(server_bin: Path | str) -> list[str]:
+    """``llama-server --list-devices``'s argv (the service role runs it as well)."""
+    return [str(server_bin), LIST_DEVICES_FLAG]
+
+
 def list_devices(server_bin: Path | str, env: dict[str, str] | None = None,
                  timeout: float = 120) -> tuple[list[Device], str]:
     """Run ``llama-server --list-devices``; returns the devices and the full output (for diagnosis)."""
     try:
-        proc = subprocess.run([str(server_bin), LIST_DEVICES_FLAG], capture_output=True, text=True,
+        proc = subprocess.run(devices_argv(server_bin), capture_output=True, text=True,
                               timeout=timeout, env=env, check=False)
     except subprocess.TimeoutExpired as exc:
         raise DeviceError(f"{server_bin} {LIST_DEVICES_FLAG} did not finish in {timeout:.0f} s (driver hang?)") from exc

@@ -2,11 +2,13 @@
 
 One entry per setting: its name (the profile key, the ``llama_server_<name>`` role variable, the fit's
 and the bench's name), type, our default (the service role's) and llama.cpp's, its flag spellings per
-llama.cpp era, whether the memory fit depends on it, whether the bench tunes it, and one line of
-documentation. Everything else derives from this table: :func:`specops.argv.build_argv` renders it,
+llama.cpp era, whether the memory fit depends on it, whether the bench tunes it, how the command line writes it
+(``render``: always given, valued, a switch, a speculative setting, the extra arguments; in the table's order) and
+one line of documentation. Everything else derives from this table: :func:`specops.argv.build_argv` renders it,
 :func:`specops.exporter.process.parse_launch` reads a running server's command line with it,
-``specops fit`` takes its options and defaults from it, the bench's inventory writer its keys, and the
-role README's settings table is generated from it (``specops knobs --markdown``).
+``specops fit`` takes its options and defaults from it, the bench's inventory writer its keys, the bench's ceiling
+llama.cpp's per-type draft lengths, and the role's defaults, argument specs and README settings table are generated
+from it (``specops knobs --update``).
 
 **This is the only module that spells llama-server flags** (``tests/unit/test_knobs.py`` fails when
 another one does). Eras: ``spec`` is llama.cpp from April 2026 on (the pinned 0c1e57098, with
@@ -42,6 +44,24 @@ HELP_FLAG = "--help"
 VERSION_FLAG = "--version"
 LIST_DEVICES_FLAG = "--list-devices"
 
+# How specops.argv.build_argv writes a knob (Knob.render). The command line's order: the general settings (the first
+# five kinds) in the table's order (a knob's ``argv_after`` moves it), then the speculation (the draft model and the
+# type, the draft settings, the n-gram types' own spellings of any knob with ``per_spec_type``, then the speculative
+# extras), then the extra arguments.
+ALWAYS = "always"  # FLAG VALUE on every command line (the model, the listen address, the context shape)
+VALUED = "valued"  # FLAG VALUE where the profile sets it; unset (None) leaves llama.cpp's default
+SWITCH = "switch"  # a bool: its flag when true, its off flag when false, nothing when unset
+SWITCH_ON = "on"  # a bool: its flag when true; false and unset write nothing
+SWITCH_OFF = "off"  # a bool: its off flag when false; true and unset write nothing (llama.cpp's default is on)
+SPECULATION = "speculation"  # the draft model and the type themselves: the speculation's frame (specops.argv)
+DRAFT = "draft"  # a draft setting: FLAG VALUE after the type, for the draft-* types (draft-mtp alone: the ``mtp`` ones)
+NGRAM = "ngram"  # no flag of its own: only the n-gram types' spellings (per_spec_type), under those types
+SPECULATIVE = "speculative"  # FLAG VALUE last of the speculation, where a build with --spec-type runs a type
+EXTRA = "extra"  # further arguments as given, each flag checked against the build
+SWITCHES = (SWITCH, SWITCH_ON, SWITCH_OFF)
+GENERAL = (ALWAYS, VALUED, *SWITCHES)
+RENDERS = (*GENERAL, SPECULATION, DRAFT, NGRAM, SPECULATIVE, EXTRA)
+
 
 @dataclass(frozen=True)
 class Knob:
@@ -57,7 +77,15 @@ class Knob:
     aliases: tuple[str, ...] = ()  # further spellings some build accepts: read from command lines, never written
     off_flags: tuple[str, ...] = ()  # booleans: the spellings that turn it off
     per_spec_type: tuple[tuple[str, str], ...] = ()  # (spec_type, flag): its spelling under an n-gram type
+    # (spec_type, default): llama.cpp's own default of that spelling at 0c1e57098 (``--spec-ngram-mod-n-max``: 64)
+    llama_per_type: tuple[tuple[str, object], ...] = ()
     value_flags: tuple[tuple[str, str], ...] = ()  # (value, flag): a value that is written as a flag of its own
+    render: str = VALUED  # how build_argv writes it: one of RENDERS (above)
+    if_built: bool = False  # written only where the build has the flag, silently left out elsewhere (older builds)
+    mtp: bool = False  # a draft setting draft-mtp takes without a draft model (the target's own head drafts)
+    # written right after that knob instead of at its own place in the table: where the unit always had it (a flag
+    # that moves rewrites every host's unit, and the upgrade restarts every service)
+    argv_after: str | None = None
     default: object = None  # ours: what the service role deploys
     llama_default: object = None  # llama-server's own at 0c1e57098 (None: unset, auto or the model's)
     choices: tuple[str, ...] = ()
@@ -77,6 +105,31 @@ class Knob:
     # the server profile's default (specops.profile.ServerProfile): None = leave llama.cpp's; set only where a profile
     # must say something (the listen address, the context shape, the endpoints the proof reads)
     profile_default: object = None
+
+    def __post_init__(self) -> None:
+        problem = self.render_problem()
+        if problem:
+            raise ValueError(f"knob {self.name}: {problem}")
+
+    def render_problem(self) -> str | None:
+        """Why build_argv could not write this knob as declared, or None."""
+        if self.render not in RENDERS:
+            return f"render {self.render!r} is none of {', '.join(RENDERS)}"
+        if (self.render in SWITCHES) != (self.type == "bool"):
+            return f"a bool knob is rendered as one of {', '.join(SWITCHES)}, and only a bool knob (type {self.type})"
+        if (self.render == NGRAM) != (not self.flags and bool(self.per_spec_type)):
+            return "a knob with no flag of its own but the n-gram types' (per_spec_type) is rendered ngram"
+        if self.render in (ALWAYS, VALUED, SWITCH, SWITCH_ON, SPECULATION, DRAFT, SPECULATIVE) and not self.flags:
+            return f"render {self.render} needs its flags"
+        if self.render in (SWITCH, SWITCH_OFF) and not self.off_flags:
+            return f"render {self.render} needs off_flags"
+        if (self.render == EXTRA) != (self.type == "list"):
+            return "a list knob is rendered extra (further arguments), and only a list knob"
+        if self.mtp and self.render != DRAFT:
+            return "mtp marks a draft setting (render draft)"
+        types = {t for t, _f in self.per_spec_type}
+        stray = sorted({t for t, _v in self.llama_per_type} - types) + sorted(types - set(NGRAM_TYPES))
+        return f"{', '.join(stray)}: no n-gram type it has a spelling under" if stray else None
 
     def spellings(self, era: str = SPEC) -> tuple[str, ...]:
         """The spellings to try, preferred first, on a build of ``era``."""
@@ -101,6 +154,10 @@ class Knob:
 
     def for_spec_type(self, spec_type: str) -> str | None:
         return dict(self.per_spec_type).get(spec_type)
+
+    def llama_default_for(self, spec_type: str) -> object:
+        """llama.cpp's own default of the setting under the n-gram type ``spec_type`` (its spelling there), or None."""
+        return dict(self.llama_per_type).get(spec_type)
 
     def for_value(self, value: str) -> str | None:
         return dict(self.value_flags).get(value)
@@ -146,22 +203,31 @@ class Knob:
 ROLE_NAMES_PENDING = {"model": "llama_server_target_model"}
 
 
+# the n-gram types that take a lookup size N, a drafted m-gram size M and min hits, each under a flag of its own
+_SIZED = ("ngram-simple", "ngram-map-k", "ngram-map-k4v")
+
+
 def _ngram(kind: str) -> tuple[tuple[str, str], ...]:
-    return tuple((t, f"--spec-{t}-{kind}") for t in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"))
+    return tuple((t, f"--spec-{t}-{kind}") for t in _SIZED)
+
+
+def _each_sized(default: object) -> tuple[tuple[str, object], ...]:
+    """The same llama.cpp default under each of :data:`_SIZED`."""
+    return tuple((t, default) for t in _SIZED)
 
 
 KNOBS: tuple[Knob, ...] = (
     # ---- models --------------------------------------------------------------------------------------
     Knob("model", "str", "target model GGUF path (default: the models role's target, in llama_server_models_dir)",
-         ("--model", "-m"), fit=True, llama_bench="-m"),
+         ("--model", "-m"), fit=True, llama_bench="-m", render=ALWAYS),
     Knob("draft_model", "str", "draft model GGUF path (default: the models role's draft); empty = no draft model",
-         ("--spec-draft-model", "-md", "--model-draft"), fit=True),
+         ("--spec-draft-model", "-md", "--model-draft"), fit=True, render=SPECULATION),
     # ---- speculation ---------------------------------------------------------------------------------
     Knob("spec_type", "str", "auto (draft-simple with a draft model, else none), none, default "
          "(llama.cpp's own) or a speculative type, or a comma-separated list of them (draft-mtp,ngram-mod); "
          "n-gram types and draft-mtp load no draft model", ("--spec-type",), legacy=(),
          value_flags=(("default", "--spec-default"),), default="auto", llama_default="none",
-         choices=SPEC_TYPES, listed=True, bench=True, profile_default="auto", fit=True),
+         choices=SPEC_TYPES, listed=True, bench=True, profile_default="auto", fit=True, render=SPECULATION),
     # CPU 2: byte-identical output and the cheapest verification on a 2-core CPU (reports/speculative_benchmark.md);
     # CUDA 16: a verification batch costs ~2 steps from 8 to 17 tokens on an H100, the 14B target paid 1.39x at 16
     # against 1.13x at 8 and 0.95x at 2 (reports/gpu-h100.md). Other GPU backends are not measured yet: the CPU's.
@@ -169,49 +235,52 @@ KNOBS: tuple[Knob, ...] = (
          "reports/gpu-h100.md)",
          ("--spec-draft-n-max",), legacy=("--draft-max", "--draft"), aliases=("--draft-n",),
          per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-max"), ("ngram-cache", "--spec-draft-n-max")),
-         default=2, llama_default=3, fit=True, bench=True, low=0, backend_defaults=(("cuda", 16),)),
+         llama_per_type=(("ngram-mod", 64), ("ngram-cache", 3)), default=2, llama_default=3, fit=True, bench=True,
+         low=0, backend_defaults=(("cuda", 16),), render=DRAFT, mtp=True),
     Knob("draft_n_min", "int", "min drafted tokens per step", ("--spec-draft-n-min",),
          legacy=("--draft-min",), aliases=("--draft-n-min",),
-         per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-min"),), llama_default=0, bench=True, low=0),
+         per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-min"),), llama_per_type=(("ngram-mod", 48),),
+         llama_default=0, bench=True, low=0, render=DRAFT, mtp=True),
     Knob("draft_p_min", "float", "min draft probability (0..1; legacy builds default to 0.8)",
          ("--spec-draft-p-min", "--draft-p-min"), legacy=("--draft-p-min",), llama_default=0.0, bench=True,
-         low=0, high=1),
+         low=0, high=1, render=DRAFT, mtp=True),
     Knob("draft_p_split", "float", "draft tree split probability", ("--spec-draft-p-split", "--draft-p-split"),
-         legacy=(), llama_default=0.1, low=0, high=1),
+         legacy=(), llama_default=0.1, low=0, high=1, render=DRAFT),
     Knob("draft_ngl", "raw", "draft layers on the GPU (a number, auto or all)",
          ("--spec-draft-ngl", "-ngld", "--gpu-layers-draft"), aliases=("--n-gpu-layers-draft",),
-         llama_default="auto"),
+         llama_default="auto", render=DRAFT),
     Knob("draft_threads", "int", "draft model threads (llama.cpp: same as threads)",
-         ("--spec-draft-threads", "-td", "--threads-draft"), bench=True, low=1),
+         ("--spec-draft-threads", "-td", "--threads-draft"), bench=True, low=1, render=DRAFT),
     Knob("draft_threads_batch", "int", "draft model prompt-processing threads (llama.cpp: same as draft_threads)",
-         ("--spec-draft-threads-batch", "-tbd", "--threads-batch-draft"), legacy=(), low=1),
+         ("--spec-draft-threads-batch", "-tbd", "--threads-batch-draft"), legacy=(), low=1, render=DRAFT),
     Knob("draft_cache_type_k", "str", "draft KV cache type K", ("--spec-draft-type-k", "-ctkd"),
-         aliases=("--cache-type-k-draft",), llama_default="f16", choices=CACHE_TYPES, fit=True),
+         aliases=("--cache-type-k-draft",), llama_default="f16", choices=CACHE_TYPES, fit=True, render=DRAFT),
     Knob("draft_cache_type_v", "str", "draft KV cache type V", ("--spec-draft-type-v", "-ctvd"),
-         aliases=("--cache-type-v-draft",), llama_default="f16", choices=CACHE_TYPES, fit=True),
+         aliases=("--cache-type-v-draft",), llama_default="f16", choices=CACHE_TYPES, fit=True, render=DRAFT),
     Knob("ngram_size_n", "int", "n-gram size N (ngram-mod: its match length)",
          per_spec_type=(("ngram-mod", "--spec-ngram-mod-n-match"), *_ngram("size-n")),
-         aliases=("--spec-ngram-size-n",), low=1),
+         llama_per_type=(("ngram-mod", 24), *_each_sized(12)), aliases=("--spec-ngram-size-n",), low=1, render=NGRAM),
     Knob("ngram_size_m", "int", "n-gram size M (drafted m-gram)", per_spec_type=_ngram("size-m"),
-         aliases=("--spec-ngram-size-m",), low=1),
+         llama_per_type=_each_sized(48), aliases=("--spec-ngram-size-m",), low=1, render=NGRAM),
     Knob("ngram_min_hits", "int", "n-gram min hits", per_spec_type=_ngram("min-hits"),
-         aliases=("--spec-ngram-min-hits",), llama_default=1, low=1),
+         llama_per_type=_each_sized(1), aliases=("--spec-ngram-min-hits",), llama_default=1, low=1, render=NGRAM),
     # ---- server --------------------------------------------------------------------------------------
     Knob("host", "str", "listen address", ("--host",), default="127.0.0.1", llama_default="127.0.0.1",
-         profile_default="127.0.0.1"),
+         profile_default="127.0.0.1", render=ALWAYS),
     Knob("port", "int", "listen port (always passed: newer builds moved the default)", ("--port",),
-         default=8080, llama_default=8080, low=1, high=65535, profile_default=8080),
+         default=8080, llama_default=8080, low=1, high=65535, profile_default=8080, render=ALWAYS),
     Knob("ctx_size", "int", "total context over all slots (0 = the model's)", ("--ctx-size", "-c"),
-         default=4096, llama_default=0, fit=True, low=0, profile_default=4096),
+         default=4096, llama_default=0, fit=True, low=0, profile_default=4096, render=ALWAYS),
     Knob("parallel", "int", "server slots", ("--parallel", "-np"), default=1, llama_default=-1, fit=True, low=1,
-         profile_default=1),
+         profile_default=1, render=ALWAYS),
     Knob("ubatch_size", "int", "physical batch size (the compute buffers scale with it)",
          ("--ubatch-size", "-ub"), llama_default=512, fit=True, role=False, low=1),
     Knob("kv_unified", "bool", "one KV buffer shared by all slots (llama.cpp: only when the slots are auto)",
          ("--kv-unified", "-kvu"), off_flags=("--no-kv-unified", "-no-kvu"), llama_default=False, fit=True,
-         role=False),
+         role=False, render=SWITCH, argv_after="cache_type_v"),
     Knob("spec_synth_rates", "raw", "benchmarking only: imposed acceptance, one unconditional rate per draft position "
-         "(P0,P1,...; specops bench/tune --synth-rates)", ("--spec-synth-rates",), legacy=(), role=False),
+         "(P0,P1,...; specops bench/tune --synth-rates)", ("--spec-synth-rates",), legacy=(), role=False,
+         render=SPECULATIVE),
     Knob("ngl", "raw", "target layers on the GPU (a number, auto or all)",
          ("--gpu-layers", "-ngl", "--n-gpu-layers"), llama_default="auto"),
     Knob("threads", "int", "generation threads", ("--threads", "-t"), llama_default=-1, bench=True,
@@ -226,22 +295,25 @@ KNOBS: tuple[Knob, ...] = (
     Knob("cache_type_v", "str", "KV cache type V", ("--cache-type-v", "-ctv"), default="q8_0",
          llama_default="f16", choices=CACHE_TYPES, fit=True, bench=True, llama_bench="-ctv"),
     Knob("repack", "bool", "CPU weight repacking; false adds the off flag", ("--repack",),
-         off_flags=("--no-repack", "-nr"), llama_default=True, bench=True, llama_bench="--repack"),
+         off_flags=("--no-repack", "-nr"), llama_default=True, bench=True, llama_bench="--repack", render=SWITCH_OFF),
     Knob("cache_ram_mib", "int", "MiB of host RAM the prompt cache may fill, counted by the memory fit "
-         "(0 disables, -1 unbounded)", ("--cache-ram", "-cram"), default=1024, llama_default=8192, fit=True, low=-1),
+         "(0 disables, -1 unbounded)", ("--cache-ram", "-cram"), default=1024, llama_default=8192, fit=True, low=-1,
+         if_built=True),
     Knob("metrics", "bool", "the /metrics endpoint (always on: the exporter and the proof read it)",
-         ("--metrics",), default=True, llama_default=False, role=False, profile_default=True),
+         ("--metrics",), default=True, llama_default=False, role=False, profile_default=True, render=SWITCH_ON),
     Knob("slots", "bool", "the /slots endpoint, where the build has the flag", ("--slots",),
-         off_flags=("--no-slots",), default=True, llama_default=True, role=False, profile_default=True),
+         off_flags=("--no-slots",), default=True, llama_default=True, role=False, profile_default=True,
+         render=SWITCH_ON, if_built=True),
     Knob("alias", "str", "model name in the API", ("--alias", "-a")),
     Knob("api_key_file", "str", "API key file on the host: absolute, owned by root, not readable by group or "
          "others (preflight refuses anything else with the chown/chmod to run); the unit hands it over with "
          "LoadCredential=, so it stays root-only; read by the probes too, never logged",
          ("--api-key-file",), role_unset=""),
     Knob("jinja", "bool", "adds the jinja flag when true (llama.cpp enables jinja by default here)",
-         ("--jinja",), off_flags=("--no-jinja",), llama_default=True, role=False, profile_default=False),
+         ("--jinja",), off_flags=("--no-jinja",), llama_default=True, role=False, profile_default=False,
+         render=SWITCH_ON),
     Knob("extra_args", "list", "further arguments; each flag must exist in the build (removed or unknown "
-         "ones fail preflight)", default=(), profile_default=()),
+         "ones fail preflight)", default=(), profile_default=(), render=EXTRA),
 )
 
 _BY_NAME = {k.name: k for k in KNOBS}
@@ -294,6 +366,18 @@ def uses_draft_model(spec_type: object) -> bool:
 def ranges() -> dict[str, tuple[float | None, float | None]]:
     """(low, high) of every knob with a bound, by knob name: the preflight's and the profile's range checks."""
     return {k.name: (k.low, k.high) for k in KNOBS if k.low is not None or k.high is not None}
+
+
+def argv_order(kinds: tuple[str, ...] = RENDERS) -> tuple[Knob, ...]:
+    """The knobs rendered as one of ``kinds``, in the order specops.argv writes them: the table's, a knob with
+    ``argv_after`` moved to right after the one it names."""
+    placed = [k for k in KNOBS if k.argv_after is None]
+    for k in (k for k in KNOBS if k.argv_after is not None):
+        names = [p.name for p in placed]
+        if k.argv_after not in names:
+            raise KeyError(f"knob {k.name}: argv_after {k.argv_after!r} is no knob placed before it")
+        placed.insert(names.index(k.argv_after) + 1, k)
+    return tuple(k for k in placed if k.render in kinds)
 
 
 def fit_knobs() -> tuple[Knob, ...]:

@@ -18,6 +18,7 @@ from specops.knobs import (
     KNOBS,
     NGRAM_TYPES,
     SPEC_TYPES,
+    Knob,
     knob,
     ranges,
     spec_type_members,
@@ -36,11 +37,11 @@ class ProfileError(ValueError):
 _PY_TYPES = {"int": "int", "float": "float", "str": "str", "bool": "bool", "raw": "int | str", "list": "list[str]"}
 
 
-def _profile_fields() -> list[tuple[str, str] | tuple[str, str, Any]]:
+def _profile_fields(table: tuple[Knob, ...]) -> list[tuple[str, str] | tuple[str, str, Any]]:
     """The profile's fields from the knob table: one per knob, same name; the type from the knob's (optional unless
     the profile has a default of its own), the default its ``profile_default`` (None: llama.cpp's own)."""
     out: list[tuple[str, str] | tuple[str, str, Any]] = []
-    for k in KNOBS:
+    for k in table:
         base = _PY_TYPES[k.type]
         if k.name == "model":
             out.append((k.name, base))  # required: the one setting without a default
@@ -144,8 +145,14 @@ class _Profile:
             raise ProfileError("extra_args must be a list of strings")
 
 
-ServerProfile = make_dataclass("ServerProfile", _profile_fields(), bases=(_Profile,),
-                               namespace={"__doc__": _Profile.__doc__, "__module__": __name__})
+def profile_class(table: tuple[Knob, ...]) -> type:
+    """The profile dataclass of a knob table: :data:`ServerProfile` is the real table's (a test builds one for a
+    copy of the table with knobs of its own)."""
+    return make_dataclass("ServerProfile", _profile_fields(table), bases=(_Profile,),
+                          namespace={"__doc__": _Profile.__doc__, "__module__": __name__})
+
+
+ServerProfile = profile_class(KNOBS)
 
 
 def no_draft_why(spec_type: object) -> str:

@@ -134,6 +134,43 @@ def test_launch_settings_both_flag_eras():
     assert trap.draft_model == ""
 
 
+def test_launch_settings_of_an_ngram_type_read_its_own_spellings():
+    """ngram-mod spells the draft length --spec-ngram-mod-n-max (the knob table's per-type spellings): the exporter
+    reads it there, and a draft model's own length outranks it in a list of types."""
+    from specops.argv import build_argv
+    from specops.capabilities import parse_help
+    from specops.profile import ServerProfile
+
+    caps = parse_help((CAP / "llama-server_help.txt").read_text())
+    ngram = build_argv(ServerProfile.from_dict({"model": "/m/t.gguf", "spec_type": "ngram-mod", "draft_n_max": 48,
+                                                "draft_n_min": 2}), caps)
+    assert "--spec-ngram-mod-n-max" in ngram and "--spec-draft-n-max" not in ngram
+    got = parse_launch(ngram)
+    assert (got.spec_type, got.draft_n_max, got.draft_n_min) == ("ngram-mod", "48", "2")
+    both = parse_launch(["llama-server", "-m", "t.gguf", "--spec-ngram-mod-n-max", "48", "--spec-type",
+                         "draft-simple,ngram-mod", "-md", "d.gguf", "--spec-draft-n-max", "8"])
+    assert (both.draft_n_max, both.draft_n_min) == ("8", "")
+    assert parse_launch(["llama-server", "--spec-type", "ngram-cache", "--spec-draft-n-max=5"]).draft_n_max == "5"
+
+
+def test_the_launch_fields_are_the_knob_tables():
+    """Each LaunchSettings field is named after its knob and read in every spelling the table has for it."""
+    from dataclasses import fields
+
+    from specops.exporter import process
+    from specops.exporter.process import LaunchSettings
+    from specops.knobs import knob
+
+    assert process._FIELDS == {"target_model": "model", "draft_model": "draft_model", "spec_type": "spec_type",
+                               "draft_n_max": "draft_n_max", "draft_n_min": "draft_n_min",
+                               "cache_ram_mib": "cache_ram_mib"}
+    assert set(process._FIELDS) == {f.name for f in fields(LaunchSettings)} - {"spec_default"}
+    for field, name in process._FIELDS.items():
+        k = knob(name)
+        for flag in (*k.own_spellings, *(f for _t, f in k.per_spec_type)):
+            assert getattr(parse_launch(["llama-server", flag, "/x/7"]), field) in ("7", "/x/7"), (field, flag)
+
+
 def test_pid_by_cmdline_finds_a_process_by_its_port_argument():
     import subprocess
     import sys

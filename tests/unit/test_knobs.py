@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
@@ -100,6 +101,106 @@ def test_the_scan_finds_a_flag_in_code_but_not_in_docstrings_or_own_options() ->
                                                               "src/x.py:6: --draft"]
 
 
+# ---- YAML and Jinja: the roles and playbooks ask specops (its filters, its commands), never spell a flag -------------
+# Roles and playbooks run other programs whose own options share a llama-server flag's name: program -> (those
+# options, the files that run it with them). Each program is checked to declare them (add_argument); llama-server's
+# own flags reach YAML only through the filters (specops_argv, specops_argv_spec_type, specops_argv_setting,
+# specops_knob_flags, specops_devices_argv).
+OTHER_PROGRAMS = {
+    "src/specops/commands/bench.py": (("--draft",), ("playbooks/bench.yml",)),
+    "src/specops/commands/tune.py": (("--draft", "--ctx-size", "--threads", "--parallel", "--api-key-file"),
+                                     ("roles/llama_server/tasks/tune.yml",)),
+    "src/specops/commands/exporter.py": (("--timeout", "--api-key-file"),
+                                         ("roles/exporter/templates/specops-exporter.service.j2",)),
+    "src/specops/commands/fetch_model.py": (("--models-dir",), ("roles/models/tasks/fetch.yml",)),
+    "roles/deploy_lock/files/deploy_lock.py": (("--timeout",), ("roles/deploy_lock/tasks/acquire.yml",)),
+    "roles/loadbalancer/files/haproxy_admin.py": (("--timeout",), ("roles/loadbalancer/tasks/drain.yml",)),
+    "roles/llama_server/files/host_facts.py": (("--port", "--path"), ("roles/llama_server/tasks/inputs.yml",
+                                                                     "roles/tabbyapi/tasks/inputs.yml")),
+    "roles/llama_server/files/drain.py": (("--timeout", "--api-key-file"),
+                                          ("roles/llama_server/tasks/restart.yml",
+                                           "roles/llama_server/tasks/speedgate.yml")),
+    "roles/llama_server/files/speed_probe.py": (("--timeout", "--api-key-file"),
+                                                ("roles/llama_server/tasks/speedgate.yml",)),
+    "roles/llama_server/files/wait_healthy.py": (("--timeout",), ("roles/llama_server/tasks/service.yml",
+                                                                  "roles/llama_server/tasks/verify.yml",
+                                                                  "roles/systemd_unit/tasks/apply.yml")),
+    "roles/llama_server/files/probe.py": (("--api-key-file",), ("roles/llama_server/tasks/verify.yml",)),
+}
+# keys whose values are prose for people (task names, argument specs' descriptions, messages), as docstrings are
+PROSE_KEYS = {"name", "description", "msg", "fail_msg", "success_msg"}
+_JINJA_COMMENT = re.compile(r"\{#.*?#\}", re.S)
+
+
+def yaml_files() -> list[Path]:
+    globs = ("roles/**/*.yml", "roles/**/*.yaml", "roles/**/*.j2", "playbooks/**/*.yml", "playbooks/**/*.j2")
+    return sorted({f for g in globs for f in ROOT.glob(g)} | {ROOT / "deploy.yml"})
+
+
+def _scalars(node: yaml.Node) -> Iterator[tuple[int, str]]:
+    """(line, text) of each scalar of a YAML document but the values of :data:`PROSE_KEYS` (comments are gone)."""
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if not (isinstance(key, yaml.ScalarNode) and key.value in PROSE_KEYS):
+                yield from _scalars(key)
+                yield from _scalars(value)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            yield from _scalars(item)
+    elif isinstance(node, yaml.ScalarNode):
+        yield node.start_mark.line + 1, node.value
+
+
+def template_code(text: str, jinja: bool) -> list[tuple[int, str]]:
+    """(line, text) of what a file runs: a template's lines but its comments (Jinja's, and the rendered file's own
+    ``#`` lines), a YAML file's scalars but the prose (:func:`_scalars`); Jinja comments dropped from both."""
+    if jinja:
+        return [(n, line) for n, line in enumerate(_JINJA_COMMENT.sub(lambda m: "\n" * m[0].count("\n"), text)
+                                                   .splitlines(), start=1) if not line.lstrip().startswith("#")]
+    return [(n, _JINJA_COMMENT.sub("", value)) for doc in yaml.compose_all(text) if doc is not None
+            for n, value in _scalars(doc)]
+
+
+def yaml_spelled_flags(text: str, rel: str, bad: set[str]) -> list[str]:
+    """``path:line: flag`` for each llama-server spelling a role, template or playbook runs with, but the options of
+    the programs it runs (:data:`OTHER_PROGRAMS`)."""
+    theirs = {flag for options, files in OTHER_PROGRAMS.values() if rel in files for flag in options}
+    return [f"{rel}:{n}: {flag}" for n, value in template_code(text, rel.endswith(".j2"))
+            for flag in _TOKEN.findall(value) if flag in bad and flag not in theirs]
+
+
+def test_no_role_template_or_playbook_spells_a_llama_server_flag() -> None:
+    bad = forbidden()
+    hits = [hit for path in yaml_files()
+            for hit in yaml_spelled_flags(path.read_text(), path.relative_to(ROOT).as_posix(), bad)]
+    assert not hits, ("llama-server flags spelled in YAML or Jinja (ask specops: specops_argv, specops_argv_spec_type, "
+                      "specops_argv_setting, specops_knob_flags; or list another program's own option in "
+                      "OTHER_PROGRAMS):\n" + "\n".join(hits))
+
+
+def test_the_yaml_scan_finds_a_flag_in_what_runs_but_not_in_prose() -> None:
+    sample = ("# a comment says --spec-type\n- name: Note --spec-type\n  ansible.builtin.set_fact:\n"
+              "    x: \"{{ argv.index('--spec-type') }}\"\n    y: >-\n      {# --cache-ram #}\n      a -md b\n"
+              "  vars:\n    msg: set --draft-max\n")
+    assert yaml_spelled_flags(sample, "roles/x/tasks/y.yml", forbidden()) == [
+        "roles/x/tasks/y.yml:4: --spec-type", "roles/x/tasks/y.yml:5: -md"]
+    template = "# --spec-type in the unit's comment\n{# --cache-ram\n #}\nExecStart=x --draft-max 3\n"
+    assert yaml_spelled_flags(template, "roles/x/templates/y.j2", forbidden()) == [
+        "roles/x/templates/y.j2:4: --draft-max"]
+    tune = "- x: \"{{ ['--ctx-size', 1] }}\"\n"  # specops tune's own option there, llama-server's anywhere else
+    assert yaml_spelled_flags(tune, "roles/llama_server/tasks/tune.yml", forbidden()) == []
+    assert yaml_spelled_flags(tune, "roles/llama_server/tasks/argv.yml", forbidden()) == [
+        "roles/llama_server/tasks/argv.yml:1: --ctx-size"]
+
+
+@pytest.mark.parametrize("program", OTHER_PROGRAMS)
+def test_the_other_programs_declare_the_options_the_roles_give_them(program: str) -> None:
+    options, files = OTHER_PROGRAMS[program]
+    declared, _nodes = _own_options(ast.parse((ROOT / program).read_text()))
+    assert set(options) <= declared, f"{program} declares none of {sorted(set(options) - declared)}"
+    assert all((ROOT / f).is_file() for f in files), files
+
+
 def test_every_option_a_knob_touches_is_declared_whole() -> None:
     """All spellings of llama-server's option (in each era's --help) belong to the knob that uses it, so a
     command-line reader knows every alias, and each written spelling exists in the era it is written for."""
@@ -145,6 +246,17 @@ def test_llama_cpp_defaults_are_those_of_its_help() -> None:
         assert stated_value == expected, (k.name, stated)
         checked += 1
     assert checked >= 8
+
+
+def test_llama_cpps_per_type_defaults_are_those_of_its_help() -> None:
+    """Each n-gram type's spelling of a knob carries llama.cpp's default under that type (the bench's ceiling takes
+    the types' draft lengths from there), as --help states it."""
+    by_flag = {name: opt for opt in parse_options(HELP[SPEC]) for name in opt.names}
+    for k in KNOBS:
+        assert {t for t, _f in k.per_spec_type} == {t for t, _v in k.llama_per_type}, k.name
+        for spec_type, flag in k.per_spec_type:
+            m = re.search(r"\(default: (\d+)\)", by_flag[flag].description)
+            assert m and int(m.group(1)) == k.llama_default_for(spec_type), (k.name, spec_type, flag)
 
 
 # ---- the service role agrees with the table --------------------------------------------------------------

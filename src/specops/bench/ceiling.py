@@ -38,14 +38,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specops.knobs import knob
+from specops.knobs import NGRAM_TYPES, Knob, knob
 
 KS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 17, 25, 33, 49, 65)
 DRAFT_KS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 17)
-# llama.cpp's own draft lengths at the pinned commit (llama-server --help), for arms that leave them unset
+
+
+def ngram_length_knob(spec_type: str) -> Knob:
+    """The setting that bounds an n-gram type's draft: ngram-mod and ngram-cache take the draft length (the knob's
+    spelling under them), the others draft an m-gram (its size M)."""
+    n_max = knob("draft_n_max")
+    return n_max if n_max.for_spec_type(spec_type) else knob("ngram_size_m")
+
+
+# llama.cpp's own draft lengths at the pinned commit (llama-server --help, the knob table), for arms that leave them
+# unset: the draft models' and each n-gram type's (ngram-mod 64, the m-gram types 48, ngram-cache 3)
 DEFAULT_DRAFT_N_MAX = int(knob("draft_n_max").llama_default)  # type: ignore[call-overload]
-NGRAM_DRAFT_N_MAX = {"ngram-mod": 64, "ngram-simple": 48, "ngram-map-k": 48, "ngram-map-k4v": 48,
-                     "ngram-cache": 3}
+NGRAM_DRAFT_N_MAX = {t: int(ngram_length_knob(t).llama_default_for(t))  # type: ignore[call-overload]
+                     for t in NGRAM_TYPES}
 
 
 class CeilingError(RuntimeError):
@@ -357,9 +367,7 @@ def arm_n_max(profile: Mapping[str, Any]) -> int:
     """The longest draft an arm may verify, from its profile or llama.cpp's defaults for its type."""
     spec = profile.get("spec_type", "auto")
     if spec in NGRAM_DRAFT_N_MAX:
-        # ngram-mod and ngram-cache take the draft length (the knob's spelling under them), the others an m-gram
-        own = "draft_n_max" if knob("draft_n_max").for_spec_type(spec) else "ngram_size_m"
-        return int(profile.get(own) or NGRAM_DRAFT_N_MAX[spec])
+        return int(profile.get(ngram_length_knob(spec).name) or NGRAM_DRAFT_N_MAX[spec])
     return int(profile.get("draft_n_max") or DEFAULT_DRAFT_N_MAX)
 
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePath
 from typing import Protocol
 
 import psutil
 
-from specops.knobs import knob
+from specops.knobs import KNOBS, knob
 
 
 class ProcessError(RuntimeError):
@@ -224,10 +224,16 @@ class LaunchSettings:
         return bool(self.draft_model) or self.spec_default
 
 
-# LaunchSettings field <- knob: every spelling of every era (a server may run an older build)
-_FIELDS = {"target_model": "model", "draft_model": "draft_model", "spec_type": "spec_type",
-           "draft_n_max": "draft_n_max", "draft_n_min": "draft_n_min", "cache_ram_mib": "cache_ram_mib"}
+# LaunchSettings field <- knob: each field is named after its knob (target_model: the model knob), and read in every
+# spelling of every era (a server may run an older build); spec_default is the spec type's value flag
+_KNOB_OF = {"target_model": "model"}
+_FIELDS = {f.name: _KNOB_OF.get(f.name, f.name) for f in fields(LaunchSettings)
+           if _KNOB_OF.get(f.name, f.name) in {k.name for k in KNOBS}}
 _VALUE_FLAGS = {flag: field for field, name in _FIELDS.items() for flag in knob(name).own_spellings}
+# the n-gram types' own spellings of a field's knob (--spec-ngram-mod-n-max: the draft length under ngram-mod), read
+# where the command line lacks the setting's own spelling (a draft model's length outranks an n-gram type's)
+_TYPE_FLAGS = {flag: field for field, name in _FIELDS.items() for _t, flag in knob(name).per_spec_type
+               if flag not in _VALUE_FLAGS}
 _SPEC_DEFAULT = knob("spec_type").for_value("default")
 
 
@@ -244,6 +250,7 @@ def prompt_cache_bound_mib(cmdline: tuple[str, ...] | list[str]) -> float:
 
 def parse_launch(cmdline: tuple[str, ...] | list[str]) -> LaunchSettings:
     found: dict[str, str] = {}
+    per_type: dict[str, str] = {}  # from the n-gram types' spellings: what the setting's own spelling leaves unsaid
     spec_default = False
     args = list(cmdline[1:])
     i = 0
@@ -252,14 +259,15 @@ def parse_launch(cmdline: tuple[str, ...] | list[str]) -> LaunchSettings:
         flag, eq, inline = arg.partition("=")
         if arg == _SPEC_DEFAULT:
             spec_default = True
-        elif flag in _VALUE_FLAGS:
+        elif flag in _VALUE_FLAGS or flag in _TYPE_FLAGS:
             value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
             if not eq:
                 i += 1
-            key = _VALUE_FLAGS[flag]
-            found[key] = PurePath(value).name if key.endswith("_model") else value[:64]
+            key = _VALUE_FLAGS.get(flag) or _TYPE_FLAGS[flag]
+            into = found if flag in _VALUE_FLAGS else per_type
+            into[key] = PurePath(value).name if key.endswith("_model") else value[:64]
         i += 1
-    return LaunchSettings(spec_default=spec_default, **found)
+    return LaunchSettings(spec_default=spec_default, **{**per_type, **found})
 
 
 def build_info_for(cmdline: tuple[str, ...]) -> Path | None:
