@@ -373,23 +373,34 @@ def test_a_deploy_stops_what_an_interrupted_one_left_and_says_so(tuned, labhost,
     print(f"\nLEFTOVER | {line.group(0)}")
 
 
-def test_another_parallel_tunes_again_and_the_record_says_why(tuned, labhost, profile):
-    """The tune measures one stream; its record is for the service's slots it was made for: a deploy with another
-    llama_server_parallel does not reuse it (issue 51 item 3), it tunes again and says what moved."""
-    # the record to compare with is this profile's at one slot: the tests before may have left one of another kind
-    # (llama_server_spec_type: auto tunes n-gram types too), which this deploy reuses or replaces
-    again = deploy(labhost, profile, {})
+def test_another_parallel_tunes_again_measures_n_streams_and_the_record_says_why(tuned, labhost, profile):
+    """The service's slots are part of what a record is for: a deploy with another llama_server_parallel does not
+    reuse it (issue 51 item 3), it tunes again and says what moved; and at 2 slots (issue 52 item 2) the one-stream
+    choice, or the best measured, is measured again against plain decoding with 2 streams in flight (the saturation
+    soak's machinery: /slots showed both slots processing at once in both arms) and the choice is made for 2."""
+    auto = {"llama_server_spec_type": "auto"}  # the kind left open: n-gram types are measured, so 2 streams are too
+    # the record to compare with is this profile's at one slot (the test before leaves one; else this tunes)
+    again = deploy(labhost, profile, auto)
     assert again.rc == 0, again.output[-6000:]
     before = host_json(labhost, "tune.json")
-    run = deploy(labhost, profile, {"llama_server_parallel": 2})  # nothing else moves
+    run = deploy(labhost, profile, {**auto, "llama_server_parallel": 2})  # nothing else moves
     assert run.rc == 0, run.output[-6000:]
     assert "reused: the result of" not in run.text, run.text[-4000:]
     after = host_json(labhost, "tune.json")
     assert after["retuned_because"] == ["parallel"], after.get("retuned_because")
     assert after["facts"]["parallel"] == 2 and before["facts"].get("parallel", 1) != 2
     assert after["key"] != before["key"] and after["when"] != before["when"]
-    assert after["concurrency"].endswith("the service runs 2 slot(s)"), after["concurrency"]
     assert "--parallel 2" in labhost.run(["systemctl", "cat", UNIT]).stdout
+    at = after["streams"]
+    assert at is not None, after["open"]
+    assert at["n"] == 2 and at["streams_in_flight"] == {"speculative": 2, "plain": 2}, at
+    assert at["blocks"] >= 2 and at["speedup"]["estimate"] > 0 and at["tokens_per_s"]["plain"] > 0, at
+    assert at["latency_s"]["plain"]["total"]["p50"] > 0, at
+    assert any(c["measured"] for c in after["candidates"])  # the one-stream figures beside it
+    assert after["concurrency"].startswith("2 streams: "), after["concurrency"]
+    assert "2 streams" in after["reason"], after["reason"]
+    assert after["phases_s"]["streams"] > 0, after["phases_s"]
+    print(f"\nAT N=2 | {at['candidate']} {at['measured']} | chosen {after['chosen']}: {after['reason']}")
 
 
 PRIVATE = "specops-private-prompt-7d41"  # in every prompt of the team's file: it must never show in the deploy's output
@@ -420,23 +431,3 @@ def test_the_teams_own_tasks_reach_the_host_for_root_only_and_the_record_names_t
     assert PRIVATE not in json.dumps(rec)
     gate = host_json(labhost, "speed-gate.json")
     assert gate["tune"]["tasks"] == rec["task_source"] and gate["tune"]["mix"] == "edit 100%", gate.get("tune")
-
-
-def test_at_two_slots_the_tune_measures_two_streams_in_flight_and_chooses_for_them(tuned, labhost, profile):
-    """Issue 52 item 2: llama_server_parallel 2 with the kind left open: the one-stream measurement (the table) and
-    then its choice, or the best it measured, against plain decoding with 2 streams in flight (the saturation soak's
-    machinery); /slots showed both slots processing at once in both arms, and the reason says the choice is for 2."""
-    run = deploy(labhost, profile, {"llama_server_spec_type": "auto", "llama_server_parallel": 2,
-                                    "llama_server_tune_budget": 4})
-    assert run.rc == 0, run.output[-6000:]
-    rec = host_json(labhost, "tune.json")
-    at = rec["streams"]
-    assert at is not None, rec["open"]
-    assert at["n"] == 2 and at["streams_in_flight"] == {"speculative": 2, "plain": 2}, at
-    assert at["blocks"] >= 2 and at["speedup"]["estimate"] > 0 and at["tokens_per_s"]["plain"] > 0, at
-    assert at["latency_s"]["plain"]["total"]["p50"] > 0, at
-    assert any(c["measured"] for c in rec["candidates"])  # the one-stream figures beside it
-    assert rec["concurrency"].startswith("2 streams: "), rec["concurrency"]
-    assert "2 streams" in rec["reason"], rec["reason"]
-    assert rec["phases_s"]["streams"] > 0, rec["phases_s"]
-    print(f"\nAT N=2 | {at['candidate']} {at['measured']} | chosen {rec['chosen']}: {rec['reason']}")

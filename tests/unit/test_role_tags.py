@@ -21,7 +21,7 @@ pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
-PHASES = ("preflight", "install", "configure", "verify")
+PHASES = ("preflight", "install", "configure", "verify", "tune")  # tune: llama_server only (issue 52)
 SPECIAL = {"always", "never"}
 PLAYBOOKS = [REPO / "deploy.yml", *sorted((REPO / "playbooks").glob("*.yml"))]
 TASK_FILES = sorted((REPO / "roles").glob("*/tasks/*.yml")) + sorted((REPO / "roles").glob("*/handlers/*.yml"))
@@ -199,6 +199,15 @@ def test_deploy_with_llama_server_configure_alone_runs_what_that_phase_needs():
                      "Install models on the host", "Install and configure HAProxy", "Install specops-exporter",
                      "Install and configure Prometheus"):
         assert left_out not in text, f"{left_out!r} runs under --tags llama_server_configure:\n{text}"
+
+
+def test_llama_server_tune_alone_runs_what_configure_runs():
+    """Issue 52 item 4: re-tune without a whole deploy, `--tags llama_server_tune -e llama_server_tune_refresh=true`:
+    the inputs, the lock, the build's facts (nothing built), the models' preflight, the tune, and the configure and
+    verify block that renders its choice, restarts and proves it: what --tags llama_server_configure runs."""
+    tune = [n for n, _ in listed("llama_server_tune")]
+    assert tune == [n for n, _ in listed("llama_server_configure")]
+    assert "Install the build, render the units, start, prove" in "\n".join(tune), tune  # the tune's include is in it
 
 
 def test_models_install_alone_fetches_and_installs_without_the_service():
