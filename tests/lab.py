@@ -6,6 +6,7 @@ the first run on a fresh machine builds llama.cpp (minutes); later runs take sec
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import json
@@ -106,6 +107,15 @@ def model_path(name: str) -> Path:
 
 
 # ---- shared by the lab tests of both engines' deploys (bad inputs, rollbacks) ----------------------------
+def ship_host_scripts(labhost, where: str = "/run/specops-host-scripts.pyz") -> str:
+    """roles/llama_server/files zipped as the deploy ships them (tasks/host_scripts.yml: the scripts with the modules
+    they share), written to ``where`` on the lab host; run one there with ``python3 WHERE SCRIPT ARGS``."""
+    from tests.unit.by_path import host_scripts_zip
+
+    labhost.run(["sh", "-c", f"base64 -d > {where}"], input=base64.b64encode(host_scripts_zip()).decode())
+    return where
+
+
 def file_sha(labhost, path: str) -> str:
     """sha256 of a file on the lab host, or "absent": what a refused deploy must leave unchanged."""
     out = labhost.run(["cat", path], check=False)

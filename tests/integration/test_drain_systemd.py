@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 
 import pytest
 
+from tests.lab import ship_host_scripts
+
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
-DRAIN = Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "files" / "drain.py"
 UNIT = "specops-drain-cannot-start"
 
 
@@ -26,9 +26,10 @@ def test_a_unit_that_cannot_start_is_explained_in_one_line(labhost, late_journal
                              f" > /run/systemd/system/{UNIT}.service && systemctl daemon-reload"])
     hold = (f"pkill -STOP -x systemd-journal; (i=0; until systemctl is-failed -q {UNIT} || [ $i -ge 400 ];"
             " do sleep 0.05; i=$((i+1)); done; pkill -CONT -x systemd-journal) & " if late_journal else "")
+    scripts = ship_host_scripts(labhost)   # drain.py with the modules it shares, as the deploy runs it
     try:
-        proc = labhost.run(["sh", "-c", hold + "exec python3 - --unit " + UNIT + " --url http://127.0.0.1:9"],
-                           check=False, input=DRAIN.read_text())
+        proc = labhost.run(["sh", "-c", hold + f"exec python3 {scripts} drain --unit {UNIT} --url http://127.0.0.1:9"],
+                           check=False)
         assert proc.returncode == 1, proc
         out = json.loads(proc.stdout.splitlines()[-1])
         assert out["drained"] and "restart_s" not in out
@@ -97,8 +98,8 @@ def test_the_stop_is_one_signal_and_a_hung_stop_is_said(labhost, hang, busy):
     try:
         # Type=exec: started once python3 runs, not once it listens -- wait (deadline 60 s) until /slots answers
         labhost.run(["python3", "-c", WAIT_SLOTS, f"http://127.0.0.1:{port}/slots"], timeout=90)
-        proc = labhost.run(["python3", "-", "--action", "stop", "--unit", unit, "--url", f"http://127.0.0.1:{port}",
-                            "--grace", "2", "--timeout", "1"], input=DRAIN.read_text(), timeout=90)
+        proc = labhost.run(["python3", ship_host_scripts(labhost), "drain", "--action", "stop", "--unit", unit,
+                            "--url", f"http://127.0.0.1:{port}", "--grace", "2", "--timeout", "1"], timeout=90)
         out = json.loads(proc.stdout.splitlines()[-1])
         assert out["slots"] == "read", out
         assert busy or (out["held"] == "socket filters" and out["open_at_signal"] == 0), out

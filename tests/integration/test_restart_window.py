@@ -18,15 +18,15 @@ import shlex
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.integration.test_deploy import UNIT, deploy, main_pid
+from tests.lab import ship_host_scripts
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
-DRAIN = Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "files" / "drain.py"
+SCRIPTS = "/run/specops-drain-window.pyz"   # drain.py with the modules it shares, as the deploy ships them
 ROWS: list[str] = []
 
 # one streamed completion (lab.CLIENT's request): whether it ended whole, the pieces it got, a refusal's status
@@ -68,7 +68,7 @@ while True:
 def served(labhost, llama_build) -> None:
     run = deploy(labhost, "-e", "llama_server_speed_gate=off")
     assert run.rc == 0, run.output[-6000:]
-    labhost.run(["sh", "-c", "cat > /run/specops-drain-window.py"], input=DRAIN.read_text())
+    ship_host_scripts(labhost, SCRIPTS)
 
 
 class Client:
@@ -87,7 +87,7 @@ class Client:
                          ids=["socket filters", "frozen look", "as the deploy runs it"])
 def test_a_request_begun_in_the_restart_window_is_answered_whole(served, labhost, way, hold):
     before = main_pid(labhost)
-    cmd = ["python3", "/run/specops-drain-window.py", "--unit", f"{UNIT}.service", "--url", "http://127.0.0.1:8080",
+    cmd = ["python3", SCRIPTS, "drain", "--unit", f"{UNIT}.service", "--url", "http://127.0.0.1:8080",
            "--timeout", "120", "--grace", "10", "--hold", hold, "--pause-after-look", "15"]
     argv = labhost.host.nsenter_argv(cmd) if way == "nsenter" else labhost.host.ssh_argv([shlex.join(cmd)])
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

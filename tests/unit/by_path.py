@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import io
+import sys
+import zipapp
 from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
+HOST_FILES = REPO / "roles" / "llama_server" / "files"
 
 
 def load(relative: str, name: str | None = None) -> ModuleType:
@@ -17,3 +21,19 @@ def load(relative: str, name: str | None = None) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def host_script(name: str) -> ModuleType:
+    """roles/llama_server/files/NAME.py, executed fresh, finding the modules it shares (hostlib.py, keyfile.py)
+    beside it as ``python3 NAME.py`` does (its directory on sys.path, last)."""
+    if str(HOST_FILES) not in sys.path:
+        sys.path.append(str(HOST_FILES))
+    return load(f"roles/llama_server/files/{name}.py", name)
+
+
+def host_scripts_zip() -> bytes:
+    """roles/llama_server/files zipped as the deploy zips them (roles/llama_server/tasks/host_scripts.yml): what
+    ``python3 ZIP SCRIPT ARGS`` runs on a host."""
+    buf = io.BytesIO()
+    zipapp.create_archive(HOST_FILES, buf, filter=lambda p: p.suffix == ".py")
+    return buf.getvalue()

@@ -238,9 +238,9 @@ def test_key_file_lines_are_refused_in_one_line(flag, message):
 
 
 def _host_facts():
-    from tests.unit.by_path import load
+    from tests.unit.by_path import host_script
 
-    return load("roles/llama_server/files/host_facts.py", "host_facts")
+    return host_script("host_facts")
 
 
 @pytest.mark.parametrize("data,expected", [
@@ -447,18 +447,20 @@ def test_host_facts_takes_model_paths_and_groups(tree):
 
 
 # ---- the probes read the key as llama-server does, and a 401 is one JSON line --------------------------------------
-@pytest.mark.parametrize("script", ["probe.py", "speed_probe.py"])
+@pytest.mark.parametrize("script", ["drain", "probe", "speed_probe"])
 def test_the_probes_read_the_key_as_llama_server_does(tmp_path, script):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(script[:-3], REPO / "roles/llama_server/files" / script)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """Each sends the header of hostlib.auth_headers (keyfile.py, llama-server's rule), none a reader of its own."""
+    from tests.unit.by_path import host_script
+
+    module = host_script(script)
+    headers = module.auth_headers if hasattr(module, "auth_headers") else module.hostlib.auth_headers
+    assert headers.__module__ == "hostlib" and not hasattr(module, "read_key")
     key = tmp_path / "key"
     for data, first in [(b"# comment\n\nk-1\nk-2\n", "k-1"), (b"k-1", "k-1"), (b" k-1 \n", " k-1 "),
                         (b"k-1\r\n", "k-1\r"), (b"# only\n", "")]:
         key.write_bytes(data)
-        assert module.read_key(str(key)) == first, data
+        assert headers(str(key)) == {"Authorization": f"Bearer {first}"}, data
+    assert headers(None) == {} and headers("") == {}
 
 
 def test_probe_answers_a_401_with_one_json_line_naming_the_key_file(tmp_path):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import http.client
-import importlib.util
 import json
 import os
 import signal
@@ -22,11 +21,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.unit.by_path import host_script
+
 DRAIN = Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "files" / "drain.py"
-spec = importlib.util.spec_from_file_location("drain", DRAIN)
-assert spec and spec.loader
-drain = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(drain)
+drain = host_script("drain")
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")
 

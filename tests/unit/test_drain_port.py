@@ -1,17 +1,13 @@
 """roles/llama_server/files/drain.py's wait for a free port (an upgrade: the new build binds only when the old
 build's connections have left the port), against real sockets of this machine."""
 
-import importlib.util
 import socket
 import threading
 import time
-from pathlib import Path
 
-DRAIN = Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "files" / "drain.py"
-spec = importlib.util.spec_from_file_location("drain", DRAIN)
-assert spec and spec.loader
-drain = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(drain)
+from tests.unit.by_path import host_script
+
+drain = host_script("drain")
 
 
 def test_a_listening_socket_and_its_connections_are_seen_and_the_port_is_free_once_they_are_gone():

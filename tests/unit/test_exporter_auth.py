@@ -178,3 +178,21 @@ def test_the_served_exposition_says_auth_refused_and_recovers_when_the_keys_agre
         assert value(fams, "llamacpp_exporter_auth_refused") == 0
     finally:
         exp.shutdown()
+
+
+def test_the_first_key_of_a_file_with_several_is_sent(keyed: KeyedServer, tmp_path: Path) -> None:
+    """The key file as llama-server reads --api-key-file (specops.keyfile): one key per line, blank and # lines
+    skipped. The exporter sends the first key; it used to send the whole file stripped (every line at once)."""
+    from specops.cli import build_parser
+    from specops.commands.exporter import config_from_args
+
+    key_file = tmp_path / "api-key"
+    key_file.write_text(f"# the lab's keys\n\n{KEY}\nsk-second-key\n")
+    cfg = config_from_args(build_parser().parse_args(
+        ["exporter", "--server-url", keyed.url, "--timeout", "2", "--no-pid-from-port", "--nvidia-smi", "off",
+         "--api-key-file", str(key_file)]))
+    assert cfg.api_key == KEY
+    s = Scraper(cfg)
+    snap = s.scrape_once()
+    assert snap.up and not snap.auth_refused and errors(s) == {}
+    assert ("/metrics", f"Bearer {KEY}") in keyed.seen

@@ -39,7 +39,7 @@ class Server:
     """/health, /slots (our requests + ``foreign`` requests of an imagined client), chat that takes 0.3 s."""
 
     def __init__(self, tps: float) -> None:
-        self.tps, self.ours, self.foreign, self.prompts = [tps], 0, 0, []
+        self.tps, self.ours, self.foreign, self.prompts, self.chats = [tps], 0, 0, [], []
         self.chat_seconds = 0.3  # how long a chat completion takes
         self.lock = threading.Lock()
         server = self
@@ -70,7 +70,8 @@ class Server:
                     server.ours += 1
                 chat = self.path == "/v1/chat/completions"
                 if chat:
-                    server.prompts.append(body["messages"][0]["content"])
+                    server.prompts.append(body["messages"][-1]["content"])
+                    server.chats.append(body["messages"])
                 try:
                     time.sleep(server.chat_seconds if chat else 0.3)
                 finally:
@@ -98,8 +99,9 @@ def servers() -> Iterator[tuple[Server, Server]]:
 
 
 def run_probe(a: Server, b: Server, prompts: int, idle_timeout: float, *extra: str) -> dict:
-    out = subprocess.run([sys.executable, str(PROBE), "--url", a.url, "--url", b.url, "--prompts",
-                          json.dumps([f"prompt {i}" for i in range(prompts)]), "--tokens", "32", "--timeout", "30",
+    what = ["--prompts", json.dumps([f"prompt {i}" for i in range(prompts)])] if prompts else []
+    out = subprocess.run([sys.executable, str(PROBE), "--url", a.url, "--url", b.url, *what, "--tokens", "32",
+                          "--timeout", "30",
                           "--idle-timeout", str(idle_timeout), "--watch-interval", "0.05", *extra],
                          capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout)
@@ -171,3 +173,17 @@ def test_a_request_that_outlasts_the_timeout_is_unproven_not_a_traceback(servers
     assert not [r for r in out["requests"] if r["url"] == b.url]
     verdict = judge(out, out, a.url, b.url)
     assert verdict["verdict"] == "unproven" and "no answer within 1 s" in verdict["unproven_because"], verdict
+
+
+def test_the_teams_tasks_are_timed_as_chats_the_workloads_in_turn(servers, tmp_path) -> None:
+    """With the tune's own task files (llama_server_tune_tasks) the gate times that traffic: each task's whole chat
+    (system message included), the workloads in turn, never a prompt on the command line or in the output."""
+    a, b = servers
+    tasks = tmp_path / "team.jsonl"
+    tasks.write_text("".join(json.dumps({"id": f"{w}-{i}", "workload": w, "messages": [
+        {"role": "system", "content": f"system {w}"}, {"role": "user", "content": f"secret {w} {i}"}]}) + "\n"
+        for w in ("edit", "prose") for i in range(3)))
+    out = run_probe(a, b, 0, 30, "--tasks", str(tasks), "--task-count", "3")
+    assert len(out["requests"]) == 6 and "secret" not in json.dumps(out)
+    assert a.prompts == ["secret edit 0", "secret prose 0", "secret edit 1"]
+    assert a.chats[0][0] == {"role": "system", "content": "system edit"}

@@ -94,10 +94,13 @@ def test_a_watch_that_cannot_see_says_so():
     assert w.contended() == "" and "did not answer /slots" in w.blind_note()
 
 
-def test_read_key_takes_the_first_line(tmp_path: Path):
+def test_read_key_takes_the_first_key_as_llama_server_reads_the_file(tmp_path: Path):
+    """specops.keyfile (common/arg.cpp's --api-key-file): empty and # lines skipped, nothing stripped."""
     f = tmp_path / "keys"
-    f.write_text("\n  sk-one  \nsk-two\n")
-    assert quiet.read_key(f) == "sk-one" and quiet.read_key(None) == ""
+    f.write_text("# the keys\n\n  sk-one  \nsk-two\n")
+    assert quiet.read_key(f) == "  sk-one  " and quiet.read_key(None) == ""
+    f.write_text("sk-one\nsk-two\n")
+    assert quiet.read_key(f) == "sk-one"
 
 
 def test_the_bench_report_draws_no_plots_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -61,6 +61,8 @@ import sys
 import time
 import urllib.parse
 
+from hostlib import auth_headers, busy_slots, tcp_rows
+
 
 def look(url: str, headers: dict) -> tuple[int | None, int | None]:
     """(slots processing, None where /slots cannot be read; the local port of this look's connection, which the
@@ -78,17 +80,7 @@ def look(url: str, headers: dict) -> tuple[int | None, int | None]:
         return None, mine
     finally:
         conn.close()
-    if not isinstance(slots, list):
-        return None, mine
-    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing")), mine
-
-
-def read_key(path: str) -> str:
-    """The first key as llama-server reads --api-key-file (LF-split, nothing stripped, blank and # lines skipped;
-    the deploy's first play refuses a file where that differs from what a client would send)."""
-    with open(path, "rb") as fh:
-        lines = fh.read().decode("utf-8", "replace").split("\n")
-    return next((line for line in lines if line and not line.startswith("#")), "")
+    return busy_slots(slots), mine
 
 
 TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
@@ -216,24 +208,6 @@ def program(insns: tuple[tuple[int, int, int, int], ...]) -> bytes:
     code = (Insn * len(insns))(*(Insn(*i) for i in insns))
     _KEEP.append(code)
     return bytes(Prog(len(insns), ctypes.cast(code, ctypes.POINTER(Insn))))
-
-
-def tcp_rows(pid: int | None = None) -> list[tuple[int, str, int, int]]:
-    """(local port, state, remote port, inode) of the TCP sockets in ``pid``'s network namespace (None: this
-    process's), from the kernel's tables /proc/[PID/]net/tcp{,6}."""
-    rows = []
-    base = f"/proc/{pid}/net" if pid is not None else "/proc/net"
-    for table in (f"{base}/tcp", f"{base}/tcp6"):
-        try:
-            with open(table) as fh:
-                lines = fh.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            if len(f) > 9:
-                rows.append((int(f[1].rsplit(":", 1)[1], 16), f[3], int(f[2].rsplit(":", 1)[1], 16), int(f[9])))
-    return rows
 
 
 def client_connections(pid: int, port: int, ignore) -> list[int]:
@@ -497,7 +471,7 @@ def main() -> int:
                     help="for tests: seconds between the idle look and the hold, said on stderr (a request begun "
                          "then must still be answered whole)")
     args = ap.parse_args()
-    headers = {"Authorization": f"Bearer {read_key(args.api_key_file)}"} if args.api_key_file else {}
+    headers = auth_headers(args.api_key_file)
     port = urllib.parse.urlsplit(args.url).port or 80
     main_pid = unit_props(args.unit, "MainPID").get("MainPID", "")
     pid = int(main_pid) if main_pid.isdigit() else 0

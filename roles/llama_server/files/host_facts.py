@@ -18,10 +18,12 @@ import pwd
 import re
 import stat
 
+import keyfile
+from hostlib import tcp_rows
+
 # what the unit hides from the service: ProtectHome=yes, PrivateTmp=yes
 HIDDEN = {"/home": "protect-home", "/root": "protect-home", "/run/user": "protect-home",
           "/tmp": "private-tmp", "/var/tmp": "private-tmp"}
-PRINTABLE = frozenset(range(0x20, 0x7F))
 
 
 def link_facts(path: str) -> dict:
@@ -77,33 +79,24 @@ def tokens_file(path: str) -> dict | None:
 
 
 def key_lines(data: bytes) -> dict:
-    """The shape of a key file as llama-server reads it (never the key): std::getline splits at LF only and keeps
-    everything else (a CR, spaces); empty lines and lines starting with # are skipped; every other line is a key."""
+    """The shape of a key file as llama-server reads it (keyfile.py: its rule, from llama.cpp's source), never the
+    key: how many lines and keys, whether it has a CR anywhere, and whether a key has white space at an end or a
+    character that is not printable ASCII (no HTTP client could send it)."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()   # the final LF ends the last line; getline yields no empty line after it
-    keys = [line.rstrip(b"\r") for line in lines if line and not line.startswith(b"#")]  # a CR: reported alone
+    keys = keyfile.keys_in(data)
+    flaws = {flaw for key in keys for flaw in keyfile.flaws(key)}
     return {"lines": len(lines), "keys": len(keys), "empty": not keys, "cr": b"\r" in data,
-            "edge_whitespace": any(k[:1].isspace() or k[-1:].isspace() for k in keys),
-            "nonprintable": any(set(k.strip(b" \t")) - PRINTABLE for k in keys)}
+            "edge_whitespace": "edge_whitespace" in flaws, "nonprintable": "nonprintable" in flaws}
 
 
-def listening_inodes(port: int) -> set[str]:
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as fh:
-                rows = fh.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            cols = row.split()
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(cols[9])
-    return inodes
+def listening_inodes(port: int) -> set[int]:
+    """The inodes of the sockets listening on ``port`` (IPv4 and IPv6)."""
+    return {inode for lport, state, _, inode in tcp_rows() if lport == port and state == "0A"}
 
 
-def owner(inodes: set[str]) -> dict | None:
+def owner(inodes: set[int]) -> dict | None:
     if not inodes:
         return None
     wanted = {f"socket:[{i}]" for i in inodes}

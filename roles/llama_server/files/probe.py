@@ -20,6 +20,8 @@ import time
 import urllib.error
 import urllib.request
 
+from hostlib import auth_headers
+
 DRAFTED = re.compile(r"^llamacpp:spec_decode_num_draft_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 
 
@@ -67,14 +69,6 @@ def save_state(path: str, pid: int, metrics: str) -> None:
         os.replace(path + ".tmp", path)
 
 
-def read_key(path: str) -> str:
-    """The first key as llama-server reads --api-key-file: lines split at LF only, nothing stripped (a CR or a
-    space stays in the key), empty lines and lines starting with # skipped."""
-    with open(path, "rb") as fh:
-        lines = fh.read().decode("utf-8", "replace").split("\n")
-    return next((line for line in lines if line and not line.startswith("#")), "")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
@@ -85,9 +79,7 @@ def main() -> int:
     ap.add_argument("--state", default="", help="where the last proof's counters are kept (same process only)")
     ap.add_argument("--busy-deadline", type=float, default=0.0)
     args = ap.parse_args()
-    headers = {}
-    if args.api_key_file:
-        headers["Authorization"] = f"Bearer {read_key(args.api_key_file)}"
+    headers = auth_headers(args.api_key_file)
     try:
         return prove(args, headers)
     except urllib.error.HTTPError as exc:

@@ -31,6 +31,8 @@ import time
 import urllib.error
 import urllib.request
 
+import hostlib
+
 
 def post(url: str, body: dict, headers: dict, timeout: float) -> dict:
     req = urllib.request.Request(url, data=json.dumps(body).encode(),
@@ -68,9 +70,7 @@ def busy_slots(url: str, headers: dict) -> int | None:
             slots = json.loads(r.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None
-    if not isinstance(slots, list):
-        return None
-    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+    return hostlib.busy_slots(slots)
 
 
 class Watch:
@@ -136,18 +136,38 @@ def variant(prompt: str, attempt: int) -> str:
     return prompt if attempt == 0 else f"{prompt}\n\n(Attempt {attempt + 1}: answer afresh.)"
 
 
-def read_key(path: str) -> str:
-    """The first key as llama-server reads --api-key-file: lines split at LF only, nothing stripped (a CR or a
-    space stays in the key), empty lines and lines starting with # skipped."""
-    with open(path, "rb") as fh:
-        lines = fh.read().decode("utf-8", "replace").split("\n")
-    return next((line for line in lines if line and not line.startswith("#")), "")
+def chat_variant(messages: list, attempt: int) -> list:
+    """A task's chat, its last message (the user's) said again in other words for a retry."""
+    last = dict(messages[-1], content=variant(messages[-1]["content"], attempt))
+    return [*messages[:-1], last]
+
+
+def task_chats(paths: list, count: int) -> list:
+    """Up to ``count`` chats from task files (the tune's llama_server_tune_tasks, the bench's JSONL format): the
+    workloads in turn, each in file order, so the gate times the traffic the tune chose for (never printed: only
+    the tasks' positions are)."""
+    by_workload: dict = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip() and not line.lstrip().startswith("//"):
+                    task = json.loads(line)
+                    by_workload.setdefault(task.get("workload", path), []).append(task["messages"])
+    chats, queues = [], [list(q) for q in by_workload.values()]
+    while len(chats) < count and any(queues):
+        for q in queues:
+            if q and len(chats) < count:
+                chats.append(q.pop(0))
+    return chats
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", action="append", required=True, help="server to probe (one or two)")
-    ap.add_argument("--prompts", required=True, help="JSON list of prompts")
+    ap.add_argument("--prompts", help="JSON list of prompts (each sent as one user message)")
+    ap.add_argument("--tasks", action="append", default=[],
+                    help="task JSONL file (repeatable): --task-count of their chats instead of --prompts")
+    ap.add_argument("--task-count", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--api-key-file")
     ap.add_argument("--timeout", type=float, default=600)
@@ -159,10 +179,11 @@ def main() -> int:
     ap.add_argument("--max-spread", type=float, default=0.0,
                     help="with two servers: measure more pairs while the interval's high ÷ low exceeds this")
     args = ap.parse_args()
-    headers = {}
-    if args.api_key_file:
-        headers["Authorization"] = f"Bearer {read_key(args.api_key_file)}"
-    prompts = json.loads(args.prompts)
+    headers = hostlib.auth_headers(args.api_key_file)
+    if not args.tasks and not args.prompts:
+        ap.error("give --prompts or --tasks")
+    prompts = (task_chats(args.tasks, args.task_count) if args.tasks
+               else [[{"role": "user", "content": p}] for p in json.loads(args.prompts)])
     deadline = time.monotonic() + args.timeout
     for url in args.url:
         wait_healthy(url, headers, deadline)
@@ -207,7 +228,7 @@ def main() -> int:
                     t0 = time.monotonic()
                     try:
                         res = post(url + "/v1/chat/completions", {
-                            "messages": [{"role": "user", "content": variant(prompt, attempt)}],
+                            "messages": chat_variant(prompt, attempt),
                             "max_tokens": args.tokens, "temperature": 0.0, "seed": 42},
                             headers, args.timeout)
                     except (urllib.error.URLError, OSError, ValueError) as exc:

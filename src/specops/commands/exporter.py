@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from specops import keyfile
 from specops.exporter.app import Exporter, StartupError
 from specops.exporter.config import MAX_INTERVAL, MIN_INTERVAL, ConfigError, ExporterConfig, parse_number
 from specops.exporter.speedgate import UNIT_DIRS
@@ -58,12 +59,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _api_key(path: Path | None) -> str | None:
+    """The key the exporter sends: the file's first, read as llama-server reads it (specops.keyfile); None without
+    a file or a key. An unreadable file or a key no HTTP client can send is one line, never the key."""
     if path is None:
         return None
     try:
-        return path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--api-key-file: {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        return keyfile.client_key(path) or None
+    except ValueError as exc:
+        raise ConfigError(f"--api-key-file: {exc}") from None
 
 
 def config_from_args(args: argparse.Namespace) -> ExporterConfig:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from specops import keyfile
 from specops.exporter.process import FixedPid, PidSource, PortPid, SystemdPid
 from specops.knobs import knob
 from specops.soak.alerts import evaluate, parse_duration
@@ -108,9 +109,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--log-level", default=os.environ.get("SPECOPS_LOG_LEVEL", "INFO"))
 
 
+def _api_key(path: Path | None) -> str | None:
+    """The key the soak sends: the file's first, read as llama-server reads it (specops.keyfile); None without a
+    file or a key. An unreadable file or a key no HTTP client can send is a SoakConfigError, never the key."""
+    if path is None:
+        return None
+    try:
+        return keyfile.client_key(path) or None
+    except ValueError as exc:
+        raise SoakConfigError(f"--api-key-file: {exc}") from None
+
+
 def config_from_args(args: argparse.Namespace) -> SoakConfig:
     specs = tuple(FaultSpec.parse(f) for f in args.faults.split(",") if f.strip())
-    api_key = args.api_key_file.read_text().strip() if args.api_key_file else None
     return SoakConfig(
         url=args.url, duration=args.duration, max_requests=args.requests, concurrency=args.concurrency,
         pin_slots=args.pin_slots, stream=args.stream,
@@ -128,7 +139,7 @@ def config_from_args(args: argparse.Namespace) -> SoakConfig:
                               min_tps_ratio=args.min_tps_ratio, max_acceptance_drop=args.max_acceptance_drop,
                               max_rss_mb_per_hour=args.max_rss_mb_per_hour, min_rss_span=args.min_rss_span,
                               rss_allowance_mb=args.rss_allowance_mb),
-        api_key=api_key, run_id=args.run_id,
+        api_key=_api_key(args.api_key_file), run_id=args.run_id,
     )
 
 

@@ -16,17 +16,14 @@ from pathlib import Path
 
 import httpx
 
+from specops import keyfile
 from specops.client import LlamaServerClient, ServerError
 
 
 def read_key(path: Path | None) -> str:
-    """The first key of an API key file (one key per line, as the role writes it); '' without a file."""
-    if path is None:
-        return ""
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
+    """The key the tune sends: the first of an API key file, read as llama-server reads it (specops.keyfile: one
+    per line as written, empty lines and # lines skipped); '' without a file or a key."""
+    return "" if path is None else keyfile.first_key(path)
 
 
 def busy_slots(client: LlamaServerClient, timeout: float = 5.0) -> int | None:

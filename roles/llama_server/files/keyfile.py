@@ -1,0 +1,1 @@
+../../../src/specops/keyfile.py
