@@ -395,6 +395,10 @@ def _measure(s: Setup, args: argparse.Namespace, chosen: list[str],
         return None
     argv = ["--target", str(args.target), "--llama-prefix", str(s.prefix), "--arms", ",".join(chosen),
             "--no-ceiling", "--budget", f"{minutes:.2f}", "--limit-per-workload", str(args.limit_per_workload),
+            # every task of a workload before a candidate may stop on its figure (output that differs still stops it
+            # at once): a sample that stops when it first looks confident overstates the confidence (the bench's
+            # default, 4, let a team's 12 edits decide on 4)
+            "--min-tasks", str(max(4, args.limit_per_workload)),
             "--max-tokens", str(args.max_tokens), "--ctx-size", str(args.ctx_size), "--work-dir",
             str(s.work / "measure"), "--fresh", "--report", str(s.work / "measure.md"), "--assets",
             str(s.work / "measure-assets"), "--no-vars", "--rule", args.rule, "--interleave", "slices",
