@@ -41,8 +41,9 @@ def test_a_polled_task_shows_its_progress_line_when_it_moves_and_other_retries_a
     (tmp_path / "poll.py").write_text(POLL)
     (tmp_path / "play.yml").write_text(PLAYBOOK.format(python=sys.executable, poll=tmp_path / "poll.py",
                                                        counter=tmp_path / "n"))
-    out = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
-                          "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")], cwd=REPO, capture_output=True, text=True, timeout=120,
+    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
+            "-e", f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")]
+    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
