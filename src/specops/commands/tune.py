@@ -498,6 +498,12 @@ def _verdict(name: str, choice: decide.Choice, dropped: dict[str, str], measured
     return "shortlisted, not measured" if shortlisted else "not measured"
 
 
+def _best_measured(measured: list[decide.Measured], rule: str) -> decide.Measured | None:
+    """The fastest measured candidate the rule lets win (identical output under rule identical), or None."""
+    return max((m for m in measured if m.identical or rule == "fastest"), key=lambda m: m.speedup.estimate,
+               default=None)
+
+
 def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: list[decide.Prediction],
             shortlisted: list[str], dropped: dict[str, str], measured: list[decide.Measured],
             choice: decide.Choice, per_wl: dict[str, str], found: dict[str, probes.ProbeResult]) -> dict:
@@ -511,8 +517,7 @@ def _result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: l
                      "measured_interval": m.speedup.to_dict() if m else None,
                      "identical": m.identical if m else None, "verdict": verdict,
                      "vars": profile_vars(p.name)})
-    eligible = [m for m in measured if m.identical or args.rule == "fastest"]
-    best = max(eligible, key=lambda m: m.speedup.estimate, default=None)
+    best = _best_measured(measured, args.rule)
     return {
         "chosen": choice.chosen, "runner_up": choice.runner_up, "reason": choice.reason,
         "settled": choice.settled, "tie": list(choice.tie), "paired": choice.paired, "left_out": list(choice.left_out),
@@ -620,8 +625,7 @@ def _at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice,
     """The service runs N slots: the one-stream choice (or, plain decoding chosen, the best measured that may win)
     against plain decoding, both with N streams in flight, and the choice for N (:mod:`specops.tune.streams`)."""
     n = args.parallel
-    usable = [m for m in measured if m.identical or args.rule == "fastest"]
-    best = max(usable, key=lambda m: m.speedup.estimate, default=None)
+    best = _best_measured(measured, args.rule)
     name = choice.chosen if choice.chosen != decide.PLAIN else (best.name if best else None)
     if name is None:
         s.open.append(f"nothing measured at {n} streams: no candidate measured at one stream may be chosen")
