@@ -1,49 +1,18 @@
-"""Filters for roles/specops_package: what the specops wheel is built from, as one digest."""
+"""Filters for roles/specops_package: specops.filters.package (specops.package)."""
 
 from __future__ import annotations
 
-import hashlib
+import sys
 from pathlib import Path
 
-import tomllib
+try:
+    import specops  # noqa: F401
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
-
-# what `pip wheel` reads from a checkout (pyproject.toml's package data included under src/)
-_INPUTS = ("pyproject.toml", "README.md", "src")
-_SKIP_DIRS = {"__pycache__", "build"}
-
-
-def source_digest(source_dir: str) -> str:
-    """sha256 over the relative names and bytes of every file the wheel is built from: the same digest means
-    the same wheel (it is built with a fixed SOURCE_DATE_EPOCH), so the build can be skipped."""
-    root = Path(source_dir).resolve()
-    h = hashlib.sha256()
-    for top in _INPUTS:
-        base = root / top
-        files = [base] if base.is_file() else sorted(
-            p for p in base.rglob("*") if p.is_file() and not _SKIP_DIRS & set(p.relative_to(root).parts)
-            and not any(part.endswith(".egg-info") for part in p.relative_to(root).parts))
-        for p in files:
-            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def host_requirements(extras: list[str] | None = None, pyproject: str | None = None) -> list[str]:
-    """What a host installs beside specops (which it gets with --no-deps): pyproject.toml's dependencies and the
-    optional groups ``extras`` (e.g. ``['soak']``), each requirement once - the one list, read from where pip
-    reads it."""
-    data = tomllib.loads(Path(pyproject or PYPROJECT).read_text())["project"]
-    groups = data.get("optional-dependencies", {})
-    unknown = [e for e in extras or [] if e not in groups]
-    if unknown:
-        raise ValueError(f"pyproject.toml has no optional dependency group {', '.join(unknown)}")
-    out = list(data.get("dependencies", []))
-    for extra in extras or []:
-        out += [r for r in groups[extra] if r not in out]
-    return out
+from specops.filters import package
 
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"specops_source_digest": source_digest, "specops_host_requirements": host_requirements}
+        return dict(package.FILTERS)

@@ -174,6 +174,11 @@ def parse_version(version_text: str, caps: Capabilities) -> Capabilities:
     return caps
 
 
+def parse(help_text: str, version_text: str = "") -> Capabilities:
+    """A build's capabilities from its ``--help`` text and (when given) its ``--version`` text."""
+    return parse_version(version_text or "", parse_help(help_text))
+
+
 def probe(binary: str | Path, timeout: float = 30.0) -> Capabilities:
     """Run the binary's ``--help`` and ``--version`` and parse both."""
     help_run = subprocess.run(

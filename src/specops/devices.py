@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from specops.knobs import LIST_DEVICES_FLAG
 
@@ -119,3 +121,9 @@ def device_problem(backend: str, output: str, returncode: int) -> str:
     except DeviceError as exc:
         return str(exc)
     return ""
+
+
+def run_problem(run: Mapping[str, Any], backend: str) -> str:
+    """:func:`device_problem` of a registered ``--list-devices`` result (Ansible's ``rc``, ``stdout``, ``stderr``)."""
+    output = str(run.get("stdout", "")) + "\n" + str(run.get("stderr", ""))
+    return device_problem(backend, output, int(run.get("rc", 0)))

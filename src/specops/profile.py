@@ -27,7 +27,8 @@ from specops.knobs import (
 )
 
 __all__ = ["CACHE_TYPES", "DRAFT_MODEL_TYPES", "DRAFT_TYPES", "NGRAM_TYPES", "SPEC_TYPES", "ProfileError",
-           "ServerProfile", "models_wanted", "no_draft_why", "uses_draft_model"]
+           "ServerProfile", "model_file", "models_wanted", "no_draft_why", "role_profile", "role_vars",
+           "uses_draft_model"]
 
 
 class ProfileError(ValueError):
@@ -177,3 +178,45 @@ def models_wanted(models: list[dict[str, Any]], target: str, draft: str, spec_ty
     if not draft or draft == target or uses_draft_model(spec_type):
         return list(models)
     return [m for m in models if (m.get("name") or m.get("catalog")) != draft]
+
+
+def role_vars() -> list[str]:
+    """The role variables of every llama-server setting, in the knob table's order (``llama_server_<name>``)."""
+    return [k.role_var for k in KNOBS if k.role]
+
+
+def role_profile(values: list[Any], backend: str | None = None,
+                 tuned: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The profile (knob name -> value) from the values of :func:`role_vars`, in that order; a setting left null
+    whose default differs per backend takes ``backend``'s from the knob table (or, for n-gram types that spell it
+    with their own flag, llama.cpp's default for that type: the knob's :meth:`~specops.knobs.Knob.default_for`).
+    ``tuned``: what the deploy's tune chose (role variable -> value, only settings the inventory left open), taken
+    over the role's values (not set as facts: an extra var would silently outrank a fact)."""
+    knobs = [k for k in KNOBS if k.role]
+    if len(values) != len(knobs):
+        raise ProfileError(f"{len(values)} values for {len(knobs)} settings")
+    by_var = {k.role_var: k.name for k in knobs}
+    unknown = sorted(set(tuned or {}) - set(by_var))
+    if unknown:
+        raise ProfileError(f"the tune set {', '.join(unknown)}, which is no setting")
+    given = dict(zip((k.name for k in knobs), values, strict=True))
+    given.update({by_var[var]: v for var, v in (tuned or {}).items()})
+    return {k.name: (k.default_for(backend, given.get("spec_type")) if given[k.name] is None and k.backend_defaults
+                     else given[k.name]) for k in knobs}
+
+
+def model_file(name: str, models: list[dict[str, Any]] | None = None) -> str:
+    """The file name a model (an entry of ``specops_models`` by its name or catalog name, else a catalog name) is
+    stored under on the hosts: the entry's own ``file``, else its catalog model's."""
+    for entry in models or []:
+        if name in (entry.get("name"), entry.get("catalog")):
+            if entry.get("file"):
+                return str(entry["file"])
+            name = entry.get("catalog") or name
+            break
+    from specops.fetch import catalog  # on use: the model catalog pulls in httpx and gguf (~0.15 s)
+
+    known = catalog()
+    if name not in known:
+        raise ProfileError(f"model {name!r} is neither in specops_models nor in the catalog ({', '.join(known)})")
+    return known[name].file

@@ -17,6 +17,7 @@ naming the variable, the figures and the fix:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,15 @@ BUILD_ESTIMATE_MIB = {"cpu": 150, "metal": 150, "vulkan": 250, "opencl": 250, "c
                       "rocm": 2500, "sycl": 2500, "musa": 2500}
 
 ALLOW_CTX = "llama_server_allow_ctx_beyond_training"
+
+
+def build_estimate(backend: object) -> int:
+    """Bytes a build of ``backend`` adds on a host (an upper estimate; a backend not listed: the largest)."""
+    return BUILD_ESTIMATE_MIB.get(str(backend or "cpu"), max(BUILD_ESTIMATE_MIB.values())) * MIB
+
+
+class HeaderError(ValueError):
+    """A model's GGUF header that a check of the deploy could not read: one line naming the check."""
 
 
 def _mib(n: float) -> str:
@@ -100,6 +110,16 @@ def context_problems(ctx_size: int, parallel: int, models: list[Trained]) -> lis
     return problems
 
 
+def context_check(models: Mapping[str, object], ctx_size: int, parallel: int) -> list[str]:
+    """:func:`context_problems` of the deploy's models: ``models`` is {"target": controller path, "draft": controller
+    path or ""} ("" = not read: no draft, or a file installed some other way)."""
+    try:
+        read = [trained(role, str(path)) for role, path in models.items() if path]
+    except (OSError, ValueError) as exc:
+        raise HeaderError(f"cannot read a model's GGUF header for the context check: {exc}") from exc
+    return context_problems(ctx_size, parallel, read)
+
+
 MTP_TYPE = "draft-mtp"
 SPEC_TYPE_VAR = "llama_server_spec_type"
 
@@ -122,6 +142,17 @@ def mtp_problems(spec_type: str, target: str | Path) -> list[str]:
             f"the target {Path(target).name} ({info.arch}) has {has} in its GGUF header; deploy a target converted "
             f"with its MTP layers (e.g. qwen35, glm4-moe, deepseek2) or set {SPEC_TYPE_VAR} to a type without "
             "draft-mtp (an n-gram type such as ngram-mod, or draft-simple with specops_models_draft)"]
+
+
+def mtp_check(target: object, spec_type: object) -> list[str]:
+    """:func:`mtp_problems` as the deploy asks: ``target`` is the target's controller path ("" = not read: a file
+    installed some other way)."""
+    if not target:
+        return []
+    try:
+        return mtp_problems(str(spec_type or ""), str(target))
+    except (OSError, ValueError) as exc:
+        raise HeaderError(f"cannot read the target's GGUF header for the draft-mtp check: {exc}") from exc
 
 
 EAGLE3_TYPE = "draft-eagle3"
@@ -154,6 +185,17 @@ def eagle3_problems(spec_type: str, target: str | Path, draft: str | Path) -> li
                 f"{SPEC_TYPE_VAR}: draft-simple for an ordinary draft"]
     tinfo = read(target, check_data=False)
     return _eagle3_mismatch(spec_type, name, dinfo, Path(target).name, tinfo)
+
+
+def eagle3_check(target: object, spec_type: object, draft: object) -> list[str]:
+    """:func:`eagle3_problems` as the deploy asks: ``target``, ``draft`` are controller paths ("" = not read: a file
+    installed some other way, or no draft)."""
+    if not target or not draft:
+        return []
+    try:
+        return eagle3_problems(str(spec_type or ""), str(target), str(draft))
+    except (OSError, ValueError) as exc:
+        raise HeaderError(f"cannot read a model's GGUF header for the draft-eagle3 check: {exc}") from exc
 
 
 def _eagle3_mismatch(spec_type: str, name: str, dinfo: Any, target_name: str, tinfo: Any) -> list[str]:

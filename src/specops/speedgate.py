@@ -24,6 +24,7 @@ service's own ``--parallel``.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from collections.abc import Mapping
@@ -148,6 +149,17 @@ def concurrency_note(parallel: int | None, saturation: Mapping[str, Any] | None 
             "JSON before relying on it.")
 
 
+def gate(spec_probe: Mapping[str, Any], plain_probe: Mapping[str, Any], spec_url: str, plain_url: str,
+         min_ratio: float = 1.0, action: str = "fallback", service: str = "the service", draft_n_max: int | None = None,
+         mode: str = "side by side", parallel: int | None = None, max_spread: float = 1.5,
+         saturation: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The deploy's verdict on the speed probes (roles/llama_server/tasks/speedgate.yml): :func:`judge`'s ratio,
+    interval, verdict and break-even, and the line to print (``message``: :func:`message`)."""
+    out = judge(spec_probe, plain_probe, spec_url, plain_url, min_ratio, draft_n_max, mode, max_spread)
+    out["message"] = message(out, action, service, parallel, saturation or None)
+    return out
+
+
 def message(result: Mapping[str, Any], action: str, service: str, parallel: int | None = None,
             saturation: Mapping[str, Any] | None = None) -> str:
     """The line the deploy prints: the figures, the concurrency they were measured at (:func:`measured_at`), the
@@ -219,3 +231,12 @@ def read_record(text: str | None, path: str) -> tuple[dict[str, Any], str]:
     if data.get("verdict") not in RECORD_VERDICTS:
         return {}, f"{path} has verdict {data.get('verdict')!r}, none of {', '.join(RECORD_VERDICTS)}"
     return data, ""
+
+
+def gate_record(slurped: Any, path: str) -> dict[str, Any]:
+    """:func:`read_record` of the record as the deploy reads it back: ``slurped``, an ansible.builtin.slurp result
+    (a missing file: no content). -> {record, problem}."""
+    content = slurped.get("content") if isinstance(slurped, Mapping) else None
+    text = base64.b64decode(content).decode("utf-8", errors="replace") if content is not None else None
+    record, problem = read_record(text, path)
+    return {"record": record, "problem": problem}

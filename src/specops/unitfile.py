@@ -23,6 +23,7 @@ with a :class:`UnitValueError` that names the variable, the value and the fix (o
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 
 def is_number(token: str) -> bool:
@@ -134,6 +135,11 @@ def env_assignment(key: str, value: object, what: str = "environment") -> str:
                              "not starting with a digit)")
     text = representable(value if isinstance(value, str) else _scalar(value, f"{what}.{key}"), f"{what}.{key}")
     return ('"' + f"{name}={text}".replace("\\", "\\\\").replace('"', '\\"') + '"').replace("%", "%%")
+
+
+def env_assignments(env: Mapping[str, object], what: str = "environment") -> list[str]:
+    """One :func:`env_assignment` word per entry of ``env``, sorted by key (one ``Environment=`` line each)."""
+    return [env_assignment(str(k), v, what) for k, v in sorted(dict(env).items())]
 
 
 def _scalar(value: object, what: str) -> str:

@@ -7,7 +7,7 @@ import io
 import sys
 import zipapp
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[2]
 HOST_FILES = REPO / "roles" / "llama_server" / "files"
@@ -21,6 +21,13 @@ def load(relative: str, name: str | None = None) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def plugin_filters(name: str) -> SimpleNamespace:
+    """The filters of plugins/filter/NAME.py, loaded as Ansible loads it, as attributes named as the roles call them
+    (``plugin_filters("specops").specops_argv``)."""
+    plugin = load(f"plugins/filter/{name}.py", f"specops_filter_plugin_{name}")
+    return SimpleNamespace(**plugin.FilterModule().filters())
 
 
 def host_script(name: str) -> ModuleType:

@@ -76,12 +76,9 @@ def test_bad_inputs_are_one_line(tmp_path: Path) -> None:
 
 
 def _filters():
-    import importlib.util
+    from tests.unit.by_path import plugin_filters
 
-    spec = importlib.util.spec_from_file_location("specops_filters", FIX.parents[1] / "plugins/filter/specops.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return plugin_filters("specops")
 
 
 PROFILE = {"model": "/srv/specops/models/t.gguf", "draft_model": "/srv/specops/models/d.gguf",

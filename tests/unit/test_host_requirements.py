@@ -9,7 +9,7 @@ import pytest
 import tomllib
 import yaml
 
-from tests.unit.by_path import load
+from tests.unit.by_path import plugin_filters
 
 pytestmark = pytest.mark.fast
 
@@ -17,21 +17,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _package_filters():
-    return load("plugins/filter/package.py", "specops_package_filters")
+    return plugin_filters("package")
 
 
 def test_the_host_list_is_pyprojects():
     f = _package_filters()
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert f.host_requirements([]) == project["dependencies"]
-    soak = f.host_requirements(["soak"])
+    assert f.specops_host_requirements([]) == project["dependencies"]
+    soak = f.specops_host_requirements(["soak"])
     assert soak[: len(project["dependencies"])] == project["dependencies"]
     assert set(soak) == set(project["dependencies"]) | set(project["optional-dependencies"]["soak"])
-    for host in (f.host_requirements([]), soak):
+    for host in (f.specops_host_requirements([]), soak):
         names = {r.split(">")[0].split("<")[0].split("=")[0].lower() for r in host}
         assert not names & {"ansible-core", "ansible", "gguf", "jinja2"}, host
     with pytest.raises(ValueError, match="no optional dependency group nope"):
-        f.host_requirements(["nope"])
+        f.specops_host_requirements(["nope"])
 
 
 def test_the_roles_read_the_filter_not_a_copy():

@@ -41,8 +41,9 @@ def test_a_lazy_filter_still_works_and_imports_on_use():
         "import importlib.util as u\n"
         "s = u.spec_from_file_location('specops_filters', 'plugins/filter/specops.py')\n"
         "m = u.module_from_spec(s); s.loader.exec_module(m)\n"
-        "assert m.specops_model_file('smollm2-135m') == 'SmolLM2-135M-Instruct.Q4_1.gguf'\n"
-        "assert m.specops_gate_mode(None)")
+        "f = m.FilterModule().filters()\n"
+        "assert f['specops_model_file']('smollm2-135m') == 'SmolLM2-135M-Instruct.Q4_1.gguf'\n"
+        "assert f['specops_gate_mode'](None)")
     assert "specops.fetch" in loaded and "specops.speedgate" in loaded
 
 

@@ -68,9 +68,9 @@ def test_a_file_without_markers_is_refused_in_one_line(tmp_path):
 
 
 def _filters():
-    from tests.unit.by_path import load
+    from tests.unit.by_path import plugin_filters
 
-    return load("plugins/filter/specops.py", "specops_filters_knobgen")
+    return plugin_filters("specops")
 
 
 def test_a_per_backend_default_lives_in_the_table_and_the_role_reads_it_from_there():

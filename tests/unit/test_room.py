@@ -108,11 +108,9 @@ def test_a_record_that_is_not_one_is_named_in_one_line(text, problem):
 
 
 def test_the_filter_reads_a_slurp_result():
-    sys.path.insert(0, str(REPO / "plugins" / "filter"))
-    try:
-        from gate_record import specops_gate_record
-    finally:
-        sys.path.pop(0)
+    from tests.unit.by_path import plugin_filters
+
+    specops_gate_record = plugin_filters("specops").specops_gate_record
     ok = {"content": base64.b64encode(b'{"verdict": "loses", "ratio": 0.6}').decode()}
     assert specops_gate_record(ok, "/r") == {"record": {"verdict": "loses", "ratio": 0.6}, "problem": ""}
     assert specops_gate_record({"failed": True, "msg": "file not found"}, "/r") == {"record": {}, "problem": ""}

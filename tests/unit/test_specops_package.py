@@ -3,17 +3,15 @@ use it, nothing else builds or ships a wheel, and its build is skipped only when
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import yaml
 
+from tests.unit.by_path import plugin_filters
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("package_filters", ROOT / "plugins" / "filter" / "package.py")
-assert _spec and _spec.loader
-package_filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(package_filters)
+source_digest = plugin_filters("package").specops_source_digest
 
 
 def _checkout(tmp_path: Path) -> Path:
@@ -27,8 +25,8 @@ def _checkout(tmp_path: Path) -> Path:
 
 def test_the_source_digest_follows_what_the_wheel_is_built_from(tmp_path: Path) -> None:
     co = _checkout(tmp_path)
-    first = package_filters.source_digest(str(co))
-    assert package_filters.source_digest(str(co)) == first  # stable
+    first = source_digest(str(co))
+    assert source_digest(str(co)) == first  # stable
     # build leftovers are not source
     (co / "src" / "specops" / "__pycache__").mkdir()
     (co / "src" / "specops" / "__pycache__" / "m.pyc").write_bytes(b"\0")
@@ -37,18 +35,18 @@ def test_the_source_digest_follows_what_the_wheel_is_built_from(tmp_path: Path) 
     (co / "build" / "lib").mkdir(parents=True)
     (co / "tests").mkdir()
     (co / "tests" / "t.py").write_text("t")
-    assert package_filters.source_digest(str(co)) == first
+    assert source_digest(str(co)) == first
     # a changed module, a new data file, a renamed file or a changed pyproject.toml each change it
     (co / "src" / "specops" / "__init__.py").write_text("x = 2\n")
-    second = package_filters.source_digest(str(co))
+    second = source_digest(str(co))
     assert second != first
     (co / "src" / "specops" / "data.yml").write_text("a: 1\n")
-    third = package_filters.source_digest(str(co))
+    third = source_digest(str(co))
     assert third not in (first, second)
     shutil.move(co / "src" / "specops" / "data.yml", co / "src" / "specops" / "data2.yml")
-    assert package_filters.source_digest(str(co)) not in (first, second, third)
+    assert source_digest(str(co)) not in (first, second, third)
     (co / "pyproject.toml").write_text("[project]\nname = 'specops'\nversion = '2'\n")
-    assert package_filters.source_digest(str(co)) not in (first, second, third)
+    assert source_digest(str(co)) not in (first, second, third)
 
 
 def _yaml_files() -> list[Path]:

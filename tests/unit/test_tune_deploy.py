@@ -15,10 +15,10 @@ import pytest
 from specops.bench.runner import Progress
 from specops.commands import tune as tune_command
 from specops.tune import deploy, record
-from tests.unit.by_path import load
+from tests.unit.by_path import plugin_filters
 
-_KNOBS = load("plugins/filter/specops.py", "specops_filters_tune_deploy")
-_TUNE = load("plugins/filter/tune.py", "specops_filters_tune")
+_KNOBS = plugin_filters("specops")
+_TUNE = plugin_filters("tune")
 specops_knob_profile, specops_knob_vars = _KNOBS.specops_knob_profile, _KNOBS.specops_knob_vars
 specops_tune_apply, specops_tune_scope = _TUNE.specops_tune_apply, _TUNE.specops_tune_scope
 specops_tune_summary = _TUNE.specops_tune_summary

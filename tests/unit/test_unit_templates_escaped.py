@@ -67,7 +67,7 @@ def test_every_directive_value_is_escaped(template):
     raw = raw_directives(template.read_text(), typed, constants)
     unknown = list(raw)
     assert unknown == [], "\n".join(f"{template.relative_to(REPO)}:{n}: {d}={{{{ {e} }}}} is not escaped: pass it "
-                                    "through a specops_systemd_* filter (plugins/filter/specops.py)"
+                                    "through a specops_systemd_* filter (specops.filters.unitfile)"
                                     for d, e, n in unknown)
 
 

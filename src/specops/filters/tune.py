@@ -1,0 +1,44 @@
+"""Filters for roles/llama_server's auto-tune (tasks/tune.yml): what the tune may choose from the role's settings,
+what of its result the deploy applies, and the summary the speed gate's record keeps (specops.tune.deploy); the
+operator's task files and mix checked (specops.tune.inputs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specops.filters import json_object
+from specops.tune import deploy, inputs
+
+
+def tune_scope(mode: str, spec_type: Any, draft_n_max: Any, has_draft: Any, lengths: list[int]) -> dict[str, Any]:
+    return deploy.scope(str(mode), spec_type, draft_n_max, bool(has_draft), lengths).to_dict()
+
+
+def tune_apply(result: Any, spec_type: Any, draft_n_max: Any) -> dict[str, Any]:
+    """``result``: the tune's result, as JSON text or parsed."""
+    return deploy.apply(json_object(result, "the tune's result"), spec_type, draft_n_max).to_dict()
+
+
+def tune_summary(result: Any, applied: dict[str, Any], reused: Any) -> dict[str, Any]:
+    """``applied``: what :func:`tune_apply` returned."""
+    return deploy.summary(json_object(result, "the tune's result"),
+                          deploy.Applied(dict(applied.get("vars") or {}), dict(applied.get("kept") or {}),
+                                         str(applied.get("message"))), bool(reused))
+
+
+def tune_input_problems(paths: Any, shares: Any, ctx_size: Any, max_tokens: Any, parallel: Any = 1) -> list[str]:
+    return inputs.problems(list(paths or []), dict(shares or {}), int(ctx_size or 0), int(max_tokens),
+                           int(parallel or 1))
+
+
+def tune_mix_arg(shares: Any) -> str:
+    return inputs.mix_text(dict(shares or {}))
+
+
+FILTERS = {
+    "specops_tune_scope": tune_scope,
+    "specops_tune_apply": tune_apply,
+    "specops_tune_summary": tune_summary,
+    "specops_tune_input_problems": tune_input_problems,
+    "specops_tune_mix_arg": tune_mix_arg,
+}
