@@ -44,14 +44,16 @@ LAB_MARKERS = frozenset({"integration", "systemd", "slow"})
 # The scheduler runs in the controller, which sees node ids only: a module is a systemd-host module when its text
 # marks anything ``pytest.mark.systemd``; collection refuses a test that uses the lab host in any other module.
 SYSTEMD_FIXTURES = frozenset({"labhost"})
-# The streams, sized by each module's time in a whole run (9ad195e, idle: the first stream's 690 s, the second's
-# 719 s with test_monitoring_systemd last, the late one 326-670 s with test_tabbyapi_deploy last; the two then
-# changed places): these on the second, LATE_HOST's on the third, every other systemd module (test_deploy,
-# test_live_host, ...) on the first.
+# The streams, sized by each module's time in a whole run (04114c9, idle, 51 m 13 s: the first stream alone took all
+# of it -- test_tune_deploy 19.0 min, test_live_host 10.8, test_deploy 8.9, test_operator_faults 5.0 -- while the second
+# took 21.4, the late one 10.4, the local lab 12.6 and the fast tier 9.9): test_live_host moved to the second stream
+# (32 min of modules), test_operator_faults and test_restart_window to the late one (17 min, from about minute 13);
+# the first keeps the deploys and the tune (33 min). LATE_HOST's on the third, every other systemd module on the first.
 SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integration/test_fleet.py",
-                         "tests/integration/test_tabbyapi_deploy.py"})
+                         "tests/integration/test_tabbyapi_deploy.py", "tests/integration/test_live_host.py"})
 LATE_HOST = frozenset({"tests/integration/test_monitoring_systemd.py", "tests/integration/test_soak_systemd.py",
-                       "tests/integration/test_labhost.py"})
+                       "tests/integration/test_labhost.py", "tests/integration/test_operator_faults.py",
+                       "tests/integration/test_restart_window.py"})
 LATE_GROUP = "systemd-hosts-3"
 SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")
 ROOT = Path(__file__).resolve().parent.parent

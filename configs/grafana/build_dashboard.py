@@ -174,7 +174,9 @@ ROWS: list[tuple[str, list[Panel]]] = [
               [(f"specops_tune_draft_n_max{{{SEL}}} {TUNE_INFO}", "{{instance}} {{chosen}} draft length"),
                (f"specops_tune_measured_speedup{{{SEL}}} {TUNE_INFO}", "{{instance}} {{chosen}} measured speedup"),
                (f"specops_tune_measured_speedup_low{{{SEL}}} {TUNE_INFO}", "{{instance}} {{chosen}} speedup low"),
-               (f"specops_tune_measured_speedup_high{{{SEL}}} {TUNE_INFO}", "{{instance}} {{chosen}} speedup high")],
+               (f"specops_tune_measured_speedup_high{{{SEL}}} {TUNE_INFO}", "{{instance}} {{chosen}} speedup high"),
+               (f"avg_over_time(specops_tune_live_predicted_speedup{{{SEL}}}[$__range]) {TUNE_INFO}",
+                "{{instance}} {{chosen}} live traffic predicts (mean over the range)")],
               "stat", width=12, height=6,
               no_value="No tune: the deploy's auto-tune did not run here (llama_server_tune off, or explicit "
               "settings), or the speed-gate record is not ok; TabbyAPI has none",
@@ -182,7 +184,11 @@ ROWS: list[tuple[str, list[Panel]]] = [
               "the speed-gate record: its draft length, and its speedup over plain decoding of the same build on "
               "the same host as the tune measured it (one stream), with the interval's low and high ends. Shown "
               "whatever the speed gate's verdict, only while the record is ok; a draft length or a speedup the "
-              "tune did not give is absent, never 0."),
+              "tune did not give is absent, never 0. Live traffic predicts: the tune's cost model on the live "
+              "speculation counters (specops_tune_live_predicted_speedup, calibrated to read the measured figure "
+              "on the tune's own requests), mean over the dashboard's range; absent while plain decoding is served "
+              "or without traffic. Outside the interval for an hour: alert SpecopsTuneTrafficChanged; below 1 for "
+              "30 minutes: SpecopsTuneLivePredictsLoss."),
         Panel("Build, models and speculation settings", [(f"llamacpp_server_info{{{SEL}}}", "")], "table",
               width=24, height=6, instant=True),
         Panel("Series this engine cannot give", [(f"llamacpp_exporter_unsupported_series{{{SEL}}}", "")], "table",

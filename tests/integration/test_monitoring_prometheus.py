@@ -92,7 +92,14 @@ def test_every_dashboard_panel_has_data(start_server, smollm, tmp_path, processe
                                 # the deploy's auto-tune (its summary in the record): the "Tuned profile" panel
                                 "tune": {"chosen": "exact-n4", "spec_type": "draft-simple", "draft_n_max": 4,
                                          "predicted": 1.1, "reused": False, "when": "2026-11-23T00:00:00+0000",
-                                         "speedup": {"estimate": 0.8, "low": 0.7, "high": 0.9, "n": 5}}}))
+                                         "speedup": {"estimate": 0.8, "low": 0.7, "high": 0.9, "n": 5},
+                                         # the tune's cost model (specops.tune.live): the live prediction's panel
+                                         "live_model": {"target_step_s": 0.02, "target_rel": {"1": 1.0, "5": 1.5},
+                                                        "draft_step_s": 0.02, "draft_rel": {"1": 1.0, "5": 1.5},
+                                                        "overheads": {"per_token_s": 0.001, "per_round_s": 0.0,
+                                                                      "per_drafted_s": 0.0},
+                                                        "measured": 0.8, "modelled": 0.9,
+                                                        "round_correction_s": 0.002}}}))
     exporter_port = free_port()
     processes.start([sys.executable, "-m", "specops.cli", "exporter", "--server-url", server.base_url,
                      "--listen-port", str(exporter_port), "--interval", "1", "--nvidia-smi", str(fake_smi),
@@ -135,7 +142,8 @@ def test_every_dashboard_panel_has_data(start_server, smollm, tmp_path, processe
     empty: list[str] = []
 
     def all_have_data() -> bool:
-        empty[:] = [name for name, expr in queries if name != UNSUPPORTED_PANEL and not query(prom, expr)]
+        empty[:] = [name for name, expr in queries
+                    if name != UNSUPPORTED_PANEL and not query(prom, expr)]
         return not empty
 
     try:

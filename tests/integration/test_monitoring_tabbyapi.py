@@ -47,6 +47,7 @@ EMPTY_ON_TABBYAPI = {
     "Tuned profile [B]",
     "Tuned profile [C]",
     "Tuned profile [D]",
+    "Tuned profile [E]",  # the live traffic's prediction needs the tune's record too
 }
 
 

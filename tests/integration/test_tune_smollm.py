@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from specops.cli import main
+from specops.tune import live
 from tests import lab
 from tests.integration.test_bench_smollm import TASKS
 
@@ -61,6 +62,13 @@ def test_tune_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Pa
     assert res["chosen"] in ("plain", "exact-ngram-simple")
     assert res["vars"]["llama_server_spec_type"] == ("none" if res["chosen"] == "plain" else "ngram-simple")
     assert res["build"]["commit"] and res["elapsed_s"] > 0
+    # the cost model the exporter prices the live traffic with: only for a speculative choice, read back strictly
+    if res["chosen"] == "plain":
+        assert res["live_model"] is None
+    elif res["live_model"] is None:
+        assert any("no live prediction" in line for line in res["open"]), res["open"]
+    else:
+        assert live.parse(res["live_model"]).measured > 0
     # the plain server was probed twice (before and after the others): both count, the drift is recorded
     assert probes["exact-baseline"]["n_tokens"] >= 2 * probes["exact-n4"]["n_tokens"] * 0.9
     assert isinstance(res["plain_drift"], float)

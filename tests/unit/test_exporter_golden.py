@@ -367,9 +367,11 @@ def gate_record(**kw: object) -> dict[str, object]:
             "mode": "side by side", "measured_at": "2026-11-23T14:00:00Z", "build_id": "0c1e57098-cpu", **kw}
 
 
-def gate_scraper(tmp: Path, record: dict[str, object] | str | None, unit_text: str = UNIT) -> Scraper:
+def gate_scraper(tmp: Path, record: dict[str, object] | str | None, unit_text: str = UNIT,
+                 metrics: str | None = None, slots: bytes | None = None) -> Scraper:
     """One pass of the speculating server's captures, with ``record`` (JSON text as is, None: no file) at the
-    configured speed-gate path, naming the unit written with ``unit_text``."""
+    configured speed-gate path, naming the unit written with ``unit_text``; with ``metrics``, two passes of that
+    capture with traffic between them (and ``slots`` for /slots)."""
     units = tmp / "systemd" / "system"
     units.mkdir(parents=True, exist_ok=True)
     unit = units / "llama-server-speculative.service"
@@ -380,8 +382,11 @@ def gate_scraper(tmp: Path, record: dict[str, object] | str | None, unit_text: s
         path.write_text(record if isinstance(record, str) else json.dumps(record))
         os.utime(path, (GATE_MTIME, GATE_MTIME))
     clock = FakeClock()
-    s = fake_scraper(FakeFetcher(), clock, speed_gate_file=str(path), speed_gate_unit_dirs=(str(units),))
-    return passes(s, clock)
+    f = FakeFetcher()
+    if slots is not None:
+        f.routes["/slots"] = Answer(body=slots)
+    s = fake_scraper(f, clock, speed_gate_file=str(path), speed_gate_unit_dirs=(str(units),))
+    return passes(s, clock) if metrics is None else traffic(f, s, clock, metrics)
 
 
 def for_unit(tmp: Path, text: str = UNIT) -> dict[str, str]:
@@ -422,6 +427,32 @@ def state_speed_gate_stale(mp: pytest.MonkeyPatch, tmp: Path) -> Scraper:
     again): state stale, and neither the figures nor the old verdict."""
     plain = UNIT.replace(" -md /srv/d.gguf --spec-type draft-simple", " --spec-type none")
     return gate_scraper(tmp, gate_record(action="fallback", serving="plain", **for_unit(tmp, plain)))
+
+
+# The deploy's tune kept in the record with its cost model (issue 52 item 3): the tuned profile priced on the live
+# traffic, next to its measured figure; absent while plain decoding is served.
+TUNE_LIVE = {"chosen": "exact-ngram-mod", "spec_type": "ngram-mod", "predicted": None,
+             "speedup": {"estimate": 1.63, "low": 1.04, "high": 2.56, "n": 12}, "reused": False,
+             "when": "2026-11-27T19:43:10+0000", "tasks": "team-edits.jsonl (sha256 0123456789abcdef)",
+             "mix": "equal shares",
+             "live_model": {"target_step_s": 0.094, "target_rel": {"1": 1.0, "2": 1.48, "3": 1.55, "5": 1.55,
+                                                                   "9": 2.49, "13": 3.26, "17": 3.26},
+                            "draft_step_s": 0.0, "draft_rel": None,
+                            "overheads": {"per_token_s": 0.0, "per_round_s": 0.0, "per_drafted_s": 0.00725},
+                            "measured": 1.633, "modelled": 1.762, "round_correction_s": 0.2305}}
+
+
+@file_state
+def state_speed_gate_tune_live(mp: pytest.MonkeyPatch, tmp: Path) -> Scraper:
+    """An ok record keeping the tune's model, the server speculating with traffic: the live prediction is there."""
+    return gate_scraper(tmp, gate_record(tune=TUNE_LIVE, **for_unit(tmp)), metrics=SPEC_METRICS)
+
+
+@file_state
+def state_speed_gate_tune_live_plain(mp: pytest.MonkeyPatch, tmp: Path) -> Scraper:
+    """The same record while the server decodes plain (the baseline capture and /slots): no live prediction."""
+    return gate_scraper(tmp, gate_record(tune=TUNE_LIVE, **for_unit(tmp)), metrics=BASE_METRICS,
+                        slots=(CAP / "base_slots.json").read_bytes())
 
 
 # ---- TabbyAPI (--engine tabbyapi) ----------------------------------------------------------------------------

@@ -22,10 +22,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from specops.bench.costmodel import Overheads, Run, StepCosts
 from specops.exporter import speedgate
 from specops.exporter.collector import SpecopsCollector
 from specops.exporter.speedgate import INVALID, MISSING, OK, STALE, STATES, UNIT_DIRS, SpeedGateFile, unit_path_problem
-from tests.unit.fake_llama_fetcher import FakeClock, FakeFetcher, fake_scraper
+from specops.tune import live
+from tests.unit.fake_llama_fetcher import CAP, SPEC_METRICS, Answer, FakeClock, FakeFetcher, fake_scraper
 
 SPECULATIVE_UNIT = "[Service]\nExecStart=/opt/llama.cpp/bin/llama-server -md /srv/d.gguf --spec-type draft-simple\n"
 PLAIN_UNIT = "[Service]\nExecStart=/opt/llama.cpp/bin/llama-server --spec-type none\n"
@@ -406,3 +408,81 @@ def test_a_malformed_tune_is_logged_again_only_when_it_changes(host: Host, caplo
                 assert reader.check().state == OK
     warned = [rec.getMessage() for rec in caplog.records if "malformed tune" in rec.getMessage()]
     assert len(warned) == 2, warned
+
+
+# ---- the tuned profile priced on the live traffic (issue 52 item 3) ---------------------------------------------
+
+def live_model() -> dict[str, object]:
+    """A model as the tune keeps it (:mod:`specops.tune.live`): a CPU target's costs, the chosen arm's counters."""
+    costs = StepCosts(0.1, {1: 1.0, 2: 1.3, 5: 1.6, 9: 2.4, 17: 3.3})
+    blocks = [{"results": {"baseline": {"decode_tps": 10.0, "n_predicted": 96},
+                           "cand": {"decode_tps": 14.0, "n_predicted": 96,
+                                    "spec": {"drafts": 4, "draft_tokens": 120, "accepted": 60}}}}]
+    m, why = live.build(costs, Overheads(0.002), blocks, "cand", "baseline")
+    assert m is not None, why
+    return m.to_dict()
+
+
+LIVE = "specops_tune_live_predicted_speedup"
+
+
+def live_exposition(host: Host, metrics: str = SPEC_METRICS, passes: int = 2,
+                    slots: bytes | None = None) -> dict[str, list]:
+    """The exporter after ``passes`` passes of the server's capture, every counter doubled between two passes
+    (traffic), with the record at the host's path."""
+    clock = FakeClock()
+    f = FakeFetcher()
+    if slots is not None:
+        f.routes["/slots"] = Answer(body=slots)
+    scraper = fake_scraper(f, clock, speed_gate_file=str(host.record), speed_gate_unit_dirs=(str(host.units),))
+    for i in range(passes):
+        f.routes["/metrics"] = Answer(body=(metrics if i == 0 else doubled(metrics)).encode())
+        scraper.scrape_once()
+        clock.advance(5.0)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SpecopsCollector(scraper))
+    return {f.name: f.samples for f in text_string_to_metric_families(generate_latest(registry).decode())}
+
+
+def doubled(text: str) -> str:
+    out = []
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        out.append(f"{name} {float(value) * 2:g}" if "_total" in name and not line.startswith("#") else line)
+    return "\n".join(out) + "\n"
+
+
+def counter(text: str, name: str) -> float:
+    return next(float(line.rpartition(" ")[2]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+def test_the_live_prediction_prices_the_windows_counters_with_the_tunes_model(host: Host) -> None:
+    host.write(tune={**TUNE, "live_model": live_model()})
+    fams = live_exposition(host)
+    assert one_hot(fams) == OK and tune_series(fams)["specops_tune_measured_speedup"] == 1.10
+    # the window's increases are the capture's counters themselves (doubled between the two passes)
+    run = Run(*(counter(SPEC_METRICS, f"llamacpp:{k}") for k in (
+        "tokens_predicted_total", "tokens_predicted_seconds_total", "spec_decode_num_drafts_total",
+        "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total")))
+    expected = live.parse(live_model()).predict(run)
+    assert expected is not None and fams[LIVE][0].value == pytest.approx(expected)
+
+
+def test_no_live_prediction_without_traffic_without_a_model_or_while_plain_decoding_is_served(host: Host) -> None:
+    host.write(tune={**TUNE, "live_model": live_model()})
+    assert LIVE not in live_exposition(host, passes=1)  # one pass: no window yet
+    plain = (CAP / "base_metrics.txt").read_text()
+    fams = live_exposition(host, plain, slots=(CAP / "base_slots.json").read_bytes())
+    assert LIVE not in fams and "specops_tune_info" in fams  # plain decoding served: absent, never 0
+    host.write(tune=TUNE)  # a record from before the live model
+    assert LIVE not in live_exposition(host)
+
+
+def test_a_malformed_live_model_loses_the_live_prediction_only(host: Host, caplog) -> None:
+    host.write(tune={**TUNE, "live_model": {**live_model(), "measured": -1}})
+    with caplog.at_level(logging.INFO, logger="specops.exporter.speedgate"):
+        fams = live_exposition(host)
+    assert LIVE not in fams and tune_series(fams)["specops_tune_measured_speedup"] == 1.10
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelname == "WARNING"]
+    assert len(warned) == 1 and "tune.live_model.measured is -1" in warned[0] and LIVE in warned[0], warned
+    assert "no specops_tune_* series" not in warned[0]

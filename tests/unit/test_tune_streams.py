@@ -4,14 +4,24 @@ The measurement itself runs against a real llama-server in tests/integration/tes
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+from types import SimpleNamespace
+
 import httpx
 import pytest
 
+from specops.bench.runner import BenchConfig
 from specops.bench.stats import Interval
+from specops.capabilities import parse_help
+from specops.commands import tune as tune_command
+from specops.fit import FitParams, Memory, estimate
 from specops.soak.saturation import SlotWatcher
 from specops.tune import streams
+from tests.unit.synthgguf import write_gguf
 
 pytestmark = pytest.mark.fast
+HELP = Path(__file__).resolve().parents[1] / "fixtures" / "llama-server-0c1e57098" / "llama-server_help.txt"
 
 
 def test_the_plan_fits_the_time_left() -> None:
@@ -59,3 +69,39 @@ def test_slots_processing_together_are_counted_per_poll() -> None:
             watcher.poll_once(http)
     assert watcher.most_at_once == 2 and watcher.polls == 3 and watcher.errors == 1
     assert watcher.slots[0]["processing_seen"] == 2 and watcher.slots[1]["processing_seen"] == 2
+
+
+def test_the_largest_n_whose_servers_fit_is_found() -> None:
+    need = lambda m: 1000 + 300 * m  # noqa: E731 -- two servers' bytes at --parallel m
+    assert streams.fitting_n(4, need, 10_000) == 4
+    assert streams.fitting_n(4, need, 1_950) == 3
+    assert streams.fitting_n(4, need, 1_300) == 1
+    assert streams.fitting_n(4, need, 1_000) == 0
+
+
+def _fit_setup(tmp_path: Path, with_draft: bool = False) -> tuple[SimpleNamespace, argparse.Namespace]:
+    target = write_gguf(tmp_path / "t.gguf")
+    draft = write_gguf(tmp_path / "d.gguf", n_layer=2) if with_draft else None
+    cfg = BenchConfig(target=target, draft=draft, server_binary=tmp_path / "llama-server",
+                      caps=parse_help(HELP.read_text()), tasks=[], ctx_size=2048)
+    return SimpleNamespace(cfg=cfg), argparse.Namespace(target=target, ctx_size=2048)
+
+
+def test_streams_that_do_not_fit_are_measured_at_the_largest_n_that_does(tmp_path: Path) -> None:
+    """Memory given (the fit's --memory-mib): both servers side by side at N = 8 do not fit, at some N they do, and
+    the line names N, the memory and the N measured."""
+    s, args = _fit_setup(tmp_path)
+    big = Memory("host RAM", 1 << 40, 1 << 40, "given")
+    assert tune_command._streams_fit(s, args, "exact-ngram-mod", 8, big) == (8, "")  # type: ignore[arg-type]
+    # what one slot each needs, and what 8 need: memory between the two fits some N in 2..7
+    one = estimate(args.target, None, FitParams(ctx_size=2048, parallel=1, spec_type="none"), big)
+    tight = Memory("host RAM", int(one.needed * 2 + one.margin + (1 << 20)), 1 << 40, "given")
+    n, why = tune_command._streams_fit(s, args, "exact-ngram-mod", 8, tight)  # type: ignore[arg-type]
+    assert n < 8 and why and "\n" not in why, why
+    if n >= 2:
+        assert f"measured at {n} streams, the largest N that fits" in why and "--parallel 8" in why
+    else:
+        assert why.startswith("nothing measured at 8 streams") and "the choice is for one stream" in why
+    none = Memory("host RAM", 1 << 20, 1 << 40, "given")
+    n, why = tune_command._streams_fit(s, args, "exact-ngram-mod", 4, none)  # type: ignore[arg-type]
+    assert n == 0 and why.startswith("nothing measured at 4 streams") and "MiB available" in why

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -18,11 +19,20 @@ from specops.watch import dashboard
 
 A, B = "hosta:9840", "hostb:9840"
 # hosta's deploy tuned (the dashboard's "Tuned profile": each figure joined with specops_tune_info's labels); hostb's
-# did not
+# did not. The live prediction (issue 52 item 3) is the panel's mean over the window, absent while plain decoding is
+# served or without traffic (FakeProm.live False)
 TUNE_LABELS = {"instance": A, "job": "specops-exporter", "chosen": "exact-n8", "spec_type": "draft-simple",
                "when": "2026-11-27T06:00:00+0000", "reused": "false"}
 TUNE_FIGURES = {"specops_tune_draft_n_max": "8", "specops_tune_measured_speedup": "1.1",
-                "specops_tune_measured_speedup_low": "1.08", "specops_tune_measured_speedup_high": "1.11"}
+                "specops_tune_measured_speedup_low": "1.08", "specops_tune_measured_speedup_high": "1.11",
+                "specops_tune_live_predicted_speedup": "1.034"}
+LIVE = "specops_tune_live_predicted_speedup"
+
+
+def first_series(expr: str) -> str:
+    """The series a dashboard target selects first (``avg_over_time(x{...}[...]) * ...`` selects x)."""
+    m = re.search(r"([A-Za-z_:][\w:]*)\s*\{", expr)
+    return m.group(1) if m else expr
 
 
 def matrix(instance: str, values: list[float], extra: dict | None = None) -> dict:
@@ -34,6 +44,7 @@ def matrix(instance: str, values: list[float], extra: dict | None = None) -> dic
 
 class FakeProm(BaseHTTPRequestHandler):
     queries: ClassVar[list[str]] = []
+    live: ClassVar[bool] = True  # hosta's live traffic gives a prediction
 
     def log_message(self, *args: object) -> None:
         pass
@@ -61,7 +72,8 @@ class FakeProm(BaseHTTPRequestHandler):
     def instant(q: str) -> list[dict]:
         if "restarts" in q:
             return [{"metric": {"instance": A}, "value": [time.time(), "2"]}]
-        figure = TUNE_FIGURES.get(q.split("{")[0].strip())
+        name = first_series(q)
+        figure = TUNE_FIGURES.get(name) if name != LIVE or FakeProm.live else None
         return [{"metric": TUNE_LABELS, "value": [time.time(), figure]}] if figure else []
 
     @staticmethod
@@ -89,6 +101,7 @@ class FakeProm(BaseHTTPRequestHandler):
 @pytest.fixture
 def prom() -> Iterator[str]:
     FakeProm.queries = []
+    FakeProm.live = True
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeProm)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -144,26 +157,45 @@ def test_the_tuned_profile_of_each_instance_or_no_data(prom: str, tmp_path: Path
     section_a = md.split(f"## {A}")[1].split(f"## {B}")[0]
     section_b = md.split(f"## {B}")[1].split("## Alerts")[0]
     assert ("Tuned profile (the deploy's auto-tune): exact-n8, draft length 8, measured 1.10× [1.08, 1.11] vs plain "
-            "decoding, tuned 2026-11-27T06:00:00+0000, reused: no\n") in section_a
+            "decoding, tuned 2026-11-27T06:00:00+0000, reused: no; live traffic predicts 1.03× (mean over the "
+            "window)\n") in section_a
     assert "Tuned profile (the deploy's auto-tune): no data\n" in section_b
 
 
+def test_no_live_prediction_is_said_never_a_zero(prom: str, tmp_path: Path) -> None:
+    FakeProm.live = False  # plain decoding served, or no traffic in the window: the series is absent
+    assert report(tmp_path, "--prometheus", prom) == 0
+    md = next((tmp_path / "reports").glob("*.md")).read_text()
+    section_a = md.split(f"## {A}")[1].split(f"## {B}")[0]
+    assert ("Tuned profile (the deploy's auto-tune): exact-n8, draft length 8, measured 1.10× [1.08, 1.11] vs plain "
+            "decoding, tuned 2026-11-27T06:00:00+0000, reused: no; live traffic: no prediction (plain decoding "
+            "served, no traffic, or a record without the tune's model)\n") in section_a
+    assert "predicts 0" not in md and "0.00×" not in md
+
+
 def test_the_tuned_profile_says_only_what_its_series_say() -> None:
-    from specops.watch.query import TUNE_DRAFT_N_MAX, TUNE_SPEEDUP, Tuned
+    from specops.watch.query import TUNE_DRAFT_N_MAX, TUNE_LIVE, TUNE_SPEEDUP, Tuned
     from specops.watch.report import tuned_line
 
     plain = Tuned({"chosen": "plain", "when": "2026-11-27T06:00:00+0000", "reused": "true"}, {TUNE_SPEEDUP: 1.0})
     assert tuned_line(plain) == ("Tuned profile (the deploy's auto-tune): plain, measured 1.00× (no interval) vs "
-                                 "plain decoding, tuned 2026-11-27T06:00:00+0000, reused: yes")
+                                 "plain decoding, tuned 2026-11-27T06:00:00+0000, reused: yes; live traffic: no "
+                                 "prediction (plain decoding served, no traffic, or a record without the tune's model)")
     unmeasured = Tuned({"chosen": "exact-n4"}, {TUNE_DRAFT_N_MAX: 4.0})
     assert tuned_line(unmeasured) == ("Tuned profile (the deploy's auto-tune): exact-n4, draft length 4, not "
-                                      "measured, tuned unknown, reused: unknown")
+                                      "measured, tuned unknown, reused: unknown")  # nothing measured: no live word
     assert tuned_line(None) == "Tuned profile (the deploy's auto-tune): no data"
     own = Tuned({"chosen": "exact-ngram-simple", "when": "2026-11-27T06:00:00+0000", "reused": "false",
                  "tasks": "edits.jsonl (sha256 0123456789abcdef)", "mix": "edit 70%, prose 30%"}, {TUNE_SPEEDUP: 1.2})
     assert tuned_line(own) == ("Tuned profile (the deploy's auto-tune): exact-ngram-simple, measured 1.20× (no "
                                "interval) vs plain decoding, tuned 2026-11-27T06:00:00+0000, on edits.jsonl (sha256 "
-                               "0123456789abcdef) (edit 70%, prose 30%), reused: no")
+                               "0123456789abcdef) (edit 70%, prose 30%), reused: no; live traffic: no prediction "
+                               "(plain decoding served, no traffic, or a record without the tune's model)")
+    live = Tuned({"chosen": "exact-n4", "when": "2026-11-27T06:00:00+0000", "reused": "false"},
+                 {TUNE_SPEEDUP: 1.2, TUNE_LIVE: 0.968})
+    assert tuned_line(live) == ("Tuned profile (the deploy's auto-tune): exact-n4, measured 1.20× (no interval) vs "
+                                "plain decoding, tuned 2026-11-27T06:00:00+0000, reused: no; live traffic predicts "
+                                "0.97× (mean over the window)")
 
 
 def test_alerts_that_fired_with_their_times(prom: str, tmp_path: Path) -> None:
@@ -184,7 +216,9 @@ def test_queries_come_from_the_dashboard_with_grafana_variables_substituted(prom
     assert expected <= set(FakeProm.queries)
     (tuned,) = dashboard.select(panels, (dashboard.TUNED_PROFILE,), variables)
     assert {t.expr for t in tuned.targets} <= set(FakeProm.queries)
-    assert {t.expr.split("{")[0] for t in tuned.targets} == set(TUNE_FIGURES)  # one target per figure
+    assert {first_series(t.expr) for t in tuned.targets} == set(TUNE_FIGURES)  # one target per figure
+    # the live prediction is the mean over the report's window
+    assert any(q.startswith(f'avg_over_time({LIVE}{{instance=~".+"}}[3600s])') for q in FakeProm.queries)
     assert not any("$" in q for q in FakeProm.queries)
     assert any('increase(llamacpp_systemd_restarts_total{instance=~".+"}[3600s])' in q for q in FakeProm.queries)
 

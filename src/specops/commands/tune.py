@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specops.bench import ceiling as ceil
-from specops.bench.arms import BASELINE, EXACT_CACHE, PLAIN_UNIT, parse_arm, plain_description
+from specops.bench.arms import BASELINE, EXACT_CACHE, PLAIN_UNIT, on_unit, parse_arm, plain_description
 from specops.bench.costmodel import Overheads, Run, StepCosts, fit_overheads
 from specops.bench.runner import BenchConfig, Progress
 from specops.bench.store import ResultStore
@@ -34,11 +34,11 @@ from specops.bench.tasks import Task, TaskError, load_tasks, workloads_of
 from specops.capabilities import Capabilities
 from specops.client import LlamaServerClient
 from specops.commands import bench as bench_command
-from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
+from specops.fit import MIB, FitError, FitParams, Memory, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import INSTALL_PREFIX, build_backend, cache_dir, llama_prefix
-from specops.tune import decide, evidence, leash, mix, probes, progress, quiet, record, streams
+from specops.tune import decide, evidence, leash, live, mix, probes, progress, quiet, record, streams
 
 NAME = "tune"
 HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
@@ -612,12 +612,69 @@ def _tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
         at_n, choice = _at_n(s, args, choice, measured)
         s.phase("streams", t)
     result = _result(s, args, over, preds, shortlisted, dropped, measured, choice, per_wl, found)
+    result["live_model"] = _live_model(s, costs, over, choice.chosen, measured)
     if args.parallel > 1:
         result["streams"] = at_n.to_dict() if at_n else None
         result["concurrency"] = (f"{args.parallel} streams: the table's figures are for one request at a time; the "
-                                 f"choice was measured again with {args.parallel} streams in flight (streams)"
+                                 f"choice was measured again with {at_n.n} streams in flight (streams)"
+                                 + ("" if at_n.n == args.parallel else ", the largest N whose servers fit in memory")
                                  if at_n else result["concurrency"])
     return result
+
+
+def _live_model(s: Setup, costs: StepCosts, over: Overheads | None, chosen: str,
+                measured: list[decide.Measured]) -> dict[str, Any] | None:
+    """What the exporter needs to price the chosen profile on the live traffic (:mod:`specops.tune.live`): the step
+    costs (the draft model's only where the profile drafts with it), the overheads, and its measured and modelled
+    figures on the same requests; None for plain decoding or where the model cannot speak for it (said in open)."""
+    if chosen == decide.PLAIN or chosen not in {m.name for m in measured} or over is None:
+        return None
+    if parse_arm(chosen).draft is None:
+        costs = StepCosts(costs.target_step_s, costs.target_rel)
+    model, why = live.build(costs, over, ResultStore(s.work / "measure").read("blocks.jsonl"), chosen, BASELINE)
+    if model is None:
+        s.open.append(f"{chosen}: {why}")
+        return None
+    return model.to_dict()
+
+
+def _streams_fit(s: Setup, args: argparse.Namespace, name: str, n: int,
+                 memory: Memory | None = None) -> tuple[int, str]:
+    """The largest N <= n at which ``name``'s server and plain decoding's, both at ``--parallel N`` side by side (as the
+    measurement at N runs them), fit the build's memory (host RAM, or the GPU's), and the line that says so when it
+    is below n (the fit cannot be read: n, and the line says that)."""
+    arms = [on_unit(parse_arm(name)), on_unit(parse_arm(BASELINE))]
+    margin = 0
+
+    def need(m: int) -> int:
+        nonlocal margin
+        total = 0
+        for arm in arms:
+            prof = s.cfg.profile_for(arm)
+            params = FitParams(ctx_size=args.ctx_size, parallel=m, cache_type_k=prof.cache_type_k or "f16",
+                               cache_type_v=prof.cache_type_v or "f16", flash_attn=prof.flash_attn != "off",
+                               draft_n_max=ceil.arm_n_max(arm.profile),
+                               spec_type=str(arm.profile.get("spec_type") or "none"))
+            rep = estimate(args.target, s.cfg.draft_for(arm), params, memory)
+            total, margin = total + rep.needed, max(margin, rep.margin)
+        return total
+
+    try:
+        memory = memory or measure_memory(s.cfg.backend)
+        need(1)  # the margin, and any error, before the search
+        fit = streams.fitting_n(n, need, memory.available - margin)
+    except (FitError, GGUFError) as exc:
+        return n, f"memory fit at {n} streams not checked ({str(exc).splitlines()[0]}): measured at {n}"
+    if fit >= n:
+        return n, ""
+    both = f"{name} and plain decoding, side by side at --parallel {n}"
+    if fit < 2:
+        return fit, (f"nothing measured at {n} streams: {both} do not fit in {memory.kind} here "
+                     f"({memory.available / MIB:,.0f} MiB available, {need(n) / MIB:,.0f} MiB + {margin / MIB:,.0f} "
+                     "MiB margin needed): the choice is for one stream")
+    return fit, (f"{both} do not fit in {memory.kind} here ({memory.available / MIB:,.0f} MiB available, "
+                 f"{need(n) / MIB:,.0f} MiB + {margin / MIB:,.0f} MiB margin needed): measured at {fit} streams, the "
+                 f"largest N that fits")
 
 
 def _at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice,
@@ -630,6 +687,12 @@ def _at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice,
     if name is None:
         s.open.append(f"nothing measured at {n} streams: no candidate measured at one stream may be chosen")
         return None, choice
+    fit_n, why = _streams_fit(s, args, name, n)
+    if fit_n < n:
+        s.open.append(why)
+        if fit_n < 2:
+            return None, choice
+        n = fit_n
     workloads = tuple(w for w in args.workloads.split(",") if w.strip())
     plan = streams.plan_for(n, s.left() - REPORT_RESERVE_S - streams.START_S, args.max_tokens,
                             tuple(str(p) for p in args.tasks or ()), workloads)

@@ -88,6 +88,23 @@ def tune_series(tune: Tune | None) -> Iterator[Metric | None]:
                  "profile before measuring.", _positive(n.get("predicted")))
 
 
+def live_prediction(tune: Tune | None, s: Snapshot, now: float) -> Metric | None:
+    """The tuned profile's speedup predicted on the live traffic (:mod:`specops.tune.live`): only while the record
+    keeps a model, the server speculates and the window holds generated tokens; absent otherwise, never 0 (plain
+    decoding served has no live acceptance to price)."""
+    if tune is None or tune.live is None or not s.speculation_expected:
+        return None
+    if not s.window.live(now) or s.window.run is None:
+        return None
+    return _gauge("specops_tune_live_predicted_speedup",
+                  "The tuned profile's speedup over plain decoding predicted on the live traffic: the tune's cost "
+                  "model on the live speculation counters over the exporter's window, with what the model left "
+                  "unexplained of the tune's measurement put on each round (on the tune's own requests it reads "
+                  "specops_tune_measured_speedup; traffic that drafts nothing reads 1). Absent while plain decoding "
+                  "is served, without traffic in the window, or without a model in the speed-gate record.",
+                  _positive(tune.live.predict(s.window.run)))
+
+
 class SpecopsCollector(Collector):
     def __init__(self, scraper: Scraper) -> None:
         self.scraper = scraper
@@ -117,6 +134,7 @@ class SpecopsCollector(Collector):
             g.add_metric([state], 1.0 if reading.state == state else 0.0)
         yield g
         yield from tune_series(reading.tune)  # the tune's figures stand on their own, whatever the gate's verdict
+        yield live_prediction(reading.tune, s, self.scraper.clocks.monotonic())
         if reading.gate is None:
             return
         n = reading.gate.numbers

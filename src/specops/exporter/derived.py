@@ -29,6 +29,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from specops.bench.costmodel import Run
 from specops.exporter.llama_metrics import PER_POS_NAME, SPEC_KEYS, ServerMetrics
 from specops.exporter.window import CounterWindow
 
@@ -45,6 +46,8 @@ class WindowFigures:
     mean_acceptance_length: float | None = None
     decode_tokens_per_second: float | None = None
     acceptance_by_position: dict[int, float] = field(default_factory=dict)
+    # the window's tokens and speculation counters (increases), for the tune's live prediction; None without them
+    run: Run | None = None
     valid_until: float = float("-inf")  # monotonic time after which these figures are too old to show
 
     def live(self, now: float) -> bool:
@@ -122,6 +125,16 @@ def positions_disagree(window: CounterWindow, positions: Iterable[str]) -> str |
             "per-position acceptance withdrawn")
 
 
+def window_run(w: CounterWindow) -> Run | None:
+    """The window's generated tokens, decode seconds, verification steps, drafted and accepted tokens (increases
+    over the same passes); None where a counter is missing or no token was generated."""
+    rises = [w.increase(k) for k in (PREDICTED, PREDICTED_SECONDS, DRAFTS, DRAFT_TOKENS, ACCEPTED)]
+    if any(r is None for r in rises) or not rises[0]:
+        return None
+    n, secs, drafts, drafted, accepted = (float(r or 0.0) for r in rises)
+    return Run(n, secs, drafts, drafted, accepted)
+
+
 def _share(n: float | None) -> float | None:
     return None if n is None else min(1.0, max(0.0, n))
 
@@ -164,5 +177,6 @@ class DerivedSeries:
             mean_acceptance_length=None if drafts_ratio is None else 1.0 + drafts_ratio,
             decode_tokens_per_second=w.ratio(PREDICTED, PREDICTED_SECONDS),
             acceptance_by_position=per_pos,
+            run=window_run(w),
             valid_until=valid_until,
         ), withdrawn

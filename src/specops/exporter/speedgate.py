@@ -39,6 +39,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from specops.tune.live import LiveModel
+from specops.tune.live import parse as parse_live
+
 log = logging.getLogger(__name__)
 
 _NUMBERS = ("plain_tps", "speculative_tps", "ratio", "break_even_acceptance", "min_ratio")
@@ -65,11 +68,14 @@ class SpeedGate:
 @dataclass(frozen=True)
 class Tune:
     """The deploy's auto-tune as the record keeps it (``tune``): the info's labels (chosen, spec_type, when,
-    reused, tasks: what it measured on, mix: the traffic's shares it chose for) and the figures present
-    (draft_n_max, predicted, speedup_estimate, speedup_low, speedup_high, speedup_n), each a finite number >= 0."""
+    reused, tasks: what it measured on, mix: the traffic's shares it chose for), the figures present
+    (draft_n_max, predicted, speedup_estimate, speedup_low, speedup_high, speedup_n), each a finite number >= 0, and
+    the cost model that prices the chosen profile on the live traffic (``live_model``; None: none kept, plain
+    decoding chosen, or a malformed one)."""
 
     labels: dict[str, str]
     numbers: dict[str, float]
+    live: LiveModel | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +142,12 @@ def parse_tune(value: Any) -> tuple[Tune | None, str]:
         if problem:
             return None, problem
         numbers[key] = float(v)
-    return Tune(labels, numbers), ""
+    if value.get("live_model") is None:
+        return Tune(labels, numbers), ""
+    try:  # a malformed model loses the live prediction only: the tune's own figures stand
+        return Tune(labels, numbers, parse_live(value["live_model"])), ""
+    except ValueError as exc:
+        return Tune(labels, numbers), f"tune.{exc}: no specops_tune_live_predicted_speedup"
 
 
 def unit_path_problem(path: Any, unit_dirs: tuple[str, ...] = UNIT_DIRS) -> str:
@@ -317,5 +328,6 @@ class SpeedGateFile:
             return
         self._tune_logged = problem
         if problem:
-            log.warning("speed gate record %s keeps a malformed tune: %s: no specops_tune_* series (the speed-gate "
-                        "series are not affected; %s)", path, problem, FIX)
+            lost = "" if record is not None and record.tune is not None else ": no specops_tune_* series"
+            log.warning("speed gate record %s keeps a malformed tune: %s%s (the speed-gate "
+                        "series are not affected; %s)", path, problem, lost, FIX)

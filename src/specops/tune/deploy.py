@@ -140,4 +140,6 @@ def summary(result: Mapping[str, Any], applied: Applied, reused: bool) -> dict[s
         "tasks": result.get("task_source"), "mix": mix.label(result.get("mix")) if "mix" in result else None,
         "candidates": [{"name": c.get("name"), "predicted": c.get("predicted"), "measured": c.get("measured"),
                         "verdict": c.get("verdict")} for c in result.get("candidates") or ()],
+        # the cost model for the chosen profile, priced again by the exporter on the live traffic (None: plain)
+        "live_model": result.get("live_model") if chosen != PLAIN else None,
     }

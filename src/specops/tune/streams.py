@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,12 @@ class AtN:
                 "latency_s": self.latency_s, "streams_in_flight": self.in_flight, "blocks": self.blocks,
                 "seconds": round(self.seconds, 1), "problems": list(self.problems),
                 "identity": "not judged at N streams (the one-stream check stands)"}
+
+
+def fitting_n(n: int, need: Callable[[int], int], room: int) -> int:
+    """The largest m <= ``n`` at which ``need(m)`` (the bytes of both servers at ``--parallel m``, side by side as
+    :func:`measure` runs them) fits in ``room``; 0 where not even one slot each does."""
+    return next((m for m in range(n, 0, -1) if need(m) <= room), 0)
 
 
 def plan_for(n: int, seconds: float, max_tokens: int, task_files: tuple[str, ...],

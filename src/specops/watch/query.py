@@ -12,11 +12,14 @@ import httpx
 from specops.watch.dashboard import Panel
 
 MAX_POINTS = 720  # per series: a 12 h window at one point a minute
-# The figures of the dashboard's "Tuned profile" panel, by the series each of its targets starts with
+# The figures of the dashboard's "Tuned profile" panel, by the first series each of its targets selects
 TUNE_DRAFT_N_MAX = "specops_tune_draft_n_max"
 TUNE_SPEEDUP = "specops_tune_measured_speedup"
 TUNE_SPEEDUP_LOW = "specops_tune_measured_speedup_low"
 TUNE_SPEEDUP_HIGH = "specops_tune_measured_speedup_high"
+# what the tune's cost model predicts on the live traffic (issue 52 item 3): the panel's target is its mean over the
+# window (avg_over_time over $__range); absent, never 0, while plain decoding is served or without traffic
+TUNE_LIVE = "specops_tune_live_predicted_speedup"
 
 
 class PrometheusError(Exception):
@@ -90,7 +93,7 @@ class Tuned:
     """One instance's tuned profile at the end of the window (the dashboard's "Tuned profile" panel)."""
 
     labels: dict[str, str]  # specops_tune_info's: chosen, spec_type, when, reused (and instance, job)
-    figures: dict[str, float] = field(default_factory=dict)  # by series: TUNE_DRAFT_N_MAX, TUNE_SPEEDUP...
+    figures: dict[str, float] = field(default_factory=dict)  # by series: TUNE_DRAFT_N_MAX, TUNE_SPEEDUP, TUNE_LIVE...
 
 
 @dataclass
@@ -159,11 +162,12 @@ def alerts_from(series: list[dict[str, Any]], step: float, end: float) -> list[A
 
 
 def tuned_at(prom: Prometheus, panel: Panel, at: float) -> dict[str, Tuned]:
-    """Each instance's tuned profile at ``at``: the panel's figures (a target's first series names which), and
-    the info's labels they carry. An instance without the series has none (no number rather than a made-up one)."""
+    """Each instance's tuned profile at ``at``: the panel's figures (a target's first series selector names which:
+    ``avg_over_time(specops_tune_live_predicted_speedup{...}[...])`` is TUNE_LIVE), and the info's labels they
+    carry. An instance without the series has none (no number rather than a made-up one)."""
     out: dict[str, Tuned] = {}
     for t in panel.targets:
-        m = re.match(r"\s*(\w+)", t.expr)
+        m = re.search(r"([A-Za-z_:][\w:]*)\s*\{", t.expr) or re.match(r"\s*(\w+)", t.expr)
         name = m.group(1) if m else t.expr
         for s in prom.query(t.expr, at):
             labels = {k: str(v) for k, v in s.get("metric", {}).items()}

@@ -8,6 +8,7 @@ from pathlib import Path
 from specops.watch.plots import plot_instance, slug
 from specops.watch.query import (
     TUNE_DRAFT_N_MAX,
+    TUNE_LIVE,
     TUNE_SPEEDUP,
     TUNE_SPEEDUP_HIGH,
     TUNE_SPEEDUP_LOW,
@@ -43,7 +44,8 @@ def _row(name: str, s: Series | None, unit: str) -> str:
 
 def tuned_line(t: Tuned | None) -> str:
     """The deploy's tuned profile at the end of the window: chosen, draft length, measured speedup with its
-    interval, when, reused; what the series do not say is not said."""
+    interval, when, reused, and what the tune's cost model predicts on the live traffic (mean over the window);
+    what the series do not say is not said, and an absent live prediction is never a 0."""
     if t is None:
         return f"Tuned profile (the deploy's auto-tune): {NO_DATA}"
     f = t.figures
@@ -60,7 +62,13 @@ def tuned_line(t: Tuned | None) -> str:
     if t.labels.get("tasks", "unknown") != "unknown":  # a record from before the tune named its tasks says nothing
         parts.append(f"on {t.labels['tasks']} ({t.labels.get('mix', 'unknown')})")
     parts.append("reused: " + {"true": "yes", "false": "no"}.get(t.labels.get("reused", ""), "unknown"))
-    return "Tuned profile (the deploy's auto-tune): " + ", ".join(parts)
+    line = "Tuned profile (the deploy's auto-tune): " + ", ".join(parts)
+    if TUNE_LIVE in f:
+        return line + f"; live traffic predicts {f[TUNE_LIVE]:.2f}× (mean over the window)"
+    if TUNE_SPEEDUP in f:
+        return line + ("; live traffic: no prediction (plain decoding served, no traffic, or a record without the "
+                       "tune's model)")
+    return line
 
 
 def instance_section(watch: Watch, instance: str, png: str) -> list[str]:
