@@ -18,8 +18,9 @@ draft-model types, where every round drafts ``n_max`` tokens): one round costs `
 (measured), yields ``1 + accepted`` tokens, so it breaks even when accepted per drafted token reaches
 ``(C - 1) / drafted per round``. Above 1 means no acceptance can make it pay here.
 
-The probe sends one request at a time (``STREAMS``): every verdict line says so (:func:`measured_at`), whatever the
-service's own ``--parallel``.
+The probe sends one request at a time by default (``STREAMS``); given the service's ``--parallel`` N
+(``--streams``) each pair is N requests at once per server, timed as aggregate tokens/s, so the verdict is for the
+service's concurrency. Every verdict line says which (:func:`measured_at`, from the probe's own ``streams``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from specops.saturation_verdict import at_concurrency
 DECISIONS = ("fallback", "warn", "fail", "off")
 VERDICTS = ("pays", "loses", "unproven")
 MIN_PROMPTS = 2
-STREAMS = 1  # requests the speed probe (roles/llama_server/files/speed_probe.py) has in flight at once
+STREAMS = 1  # requests the speed probe (roles/llama_server/files/speed_probe.py) has in flight at once by default
 
 
 class SpeedGateError(ValueError):
@@ -75,8 +76,9 @@ def judge(spec: Mapping[str, Any], plain: Mapping[str, Any], spec_url: str, plai
     contended, gave_up, blind = _contention(spec, plain)
     if not common and not gave_up:
         raise SpeedGateError(f"the speed probe has no prompt answered by both {spec_url} and {plain_url}")
+    streams = int(spec.get("streams") or STREAMS)  # the probe says how many it had in flight
     out: dict[str, Any] = {"mode": mode, "prompts": len(common), "contended": contended, "min_ratio": min_ratio,
-                           "max_spread": max_spread, "streams": STREAMS, "concurrency": measured_at(STREAMS),
+                           "max_spread": max_spread, "streams": streams, "concurrency": measured_at(streams),
                            "reference": REFERENCE}
     if common:
         iv = geomean_ratio_ci([s[i] / p[i] for i in common])
@@ -84,17 +86,25 @@ def judge(spec: Mapping[str, Any], plain: Mapping[str, Any], spec_url: str, plai
         drafted = sum(int(r.get("draft_n") or 0) for r in spec_reqs)
         accepted = sum(int(r.get("draft_n_accepted") or 0) for r in spec_reqs)
         n_tokens = sum(int(r.get("predicted_n") or 0) for r in spec_reqs)
+        # at N streams the probe's rates are the service's aggregate: the record keeps them per stream (what the
+        # exporter's decode tokens/s, per slot, is compared with) and the totals beside them
         out.update({
-            "speculative_tps": round(mean([s[i] for i in common]), 3),
-            "plain_tps": round(mean([p[i] for i in common]), 3),
+            "speculative_tps": round(mean([s[i] for i in common]) / streams, 3),
+            "plain_tps": round(mean([p[i] for i in common]) / streams, 3),
             "ratio": round(iv.estimate, 4),
             "ratio_low": round(iv.low, 4) if iv.low is not None else None,
             "ratio_high": round(iv.high, 4) if iv.high is not None else None,
             "drafted": drafted,
             "accepted": accepted,
             "acceptance": round(accepted / drafted, 4) if drafted else None,
-            "break_even_acceptance": break_even(n_tokens, drafted, accepted, iv.estimate, draft_n_max),
+            # one stream's arithmetic (a round costs C plain steps); with N streams batched together it is not, and
+            # no number beats a wrong one
+            "break_even_acceptance": break_even(n_tokens, drafted, accepted, iv.estimate, draft_n_max)
+            if streams <= 1 else None,
         })
+        if streams > 1:
+            out["speculative_total_tps"] = round(mean([s[i] for i in common]), 3)
+            out["plain_total_tps"] = round(mean([p[i] for i in common]), 3)
     out["verdict"], out["unproven_because"] = _verdict(out, min_ratio, max_spread, gave_up, blind)
     return out
 
@@ -167,12 +177,17 @@ def message(result: Mapping[str, Any], action: str, service: str, parallel: int 
     lo, hi = result.get("ratio_low"), result.get("ratio_high")
     ci = f" [{lo:.2f}–{hi:.2f}]" if lo is not None and hi is not None else ""
     dropped = f", {result['contended']} discarded: other requests ran" if result.get("contended") else ""
+    streams = int(result.get("streams") or STREAMS)
+    counted = f"{result['prompts']} prompts" if streams <= 1 else f"{result['prompts']} pairs of {streams} requests"
     if result.get("ratio") is not None:
-        head = (f"speculative {result['speculative_tps']:.1f} tok/s vs plain {result['plain_tps']:.1f} tok/s "
-                f"({result['ratio']:.2f}×{ci}, {result['prompts']} prompts, {result['mode']}{dropped})")
+        each = "" if streams <= 1 else " per stream"
+        head = (f"speculative {result['speculative_tps']:.1f} tok/s{each} vs plain {result['plain_tps']:.1f} "
+                f"tok/s{each} ({result['ratio']:.2f}×{ci}, {counted}, {result['mode']}{dropped})")
     else:
         head = f"no prompt measured without other requests on the servers ({result['mode']}{dropped})"
-    head = f"{head} {measured_at(int(result.get('streams') or STREAMS))}"
+    head = f"{head} {measured_at(streams)}"
+    if streams >= int(parallel or 1):  # measured at the service's own concurrency: nothing left unsaid about it
+        parallel = None
     if result["verdict"] == "unproven":
         return f"{head}: UNPROVEN — {result['unproven_because']}; {unproven_action(action, service)}"
     if result["verdict"] == "pays":

@@ -22,7 +22,7 @@ import re
 import pytest
 
 from tests import lab
-from tests.integration.test_deploy import PROFILE, UNIT, main_pid
+from tests.integration.test_deploy import PROFILE, UNIT, main_pid, speed_gate_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
@@ -78,3 +78,18 @@ def test_no_draft_file_was_fetched_checked_or_installed(deployed, labhost):
     baseline = labhost.run(["systemctl", "cat", "llama-server-baseline"]).stdout
     assert "--spec-draft-model" not in baseline and "--spec-type none" in baseline
     print(f"\nFILES | {MODELS_DIR}: {files.stdout.split()}")
+
+
+def test_a_two_slot_service_is_judged_at_two_streams(deployed, labhost):
+    """Issue 52: the speed gate judges at the service's concurrency. With llama_server_parallel 2 each pair of the
+    probe is 2 requests at once on each server (aggregate tokens/s), the verdict line says "at 2 streams", the record
+    keeps the streams, the figures per stream and the totals, and no one-stream break-even."""
+    run = deploy(labhost, {**NO_DRAFT, "llama_server_parallel": 2, "llama_server_speed_gate": "warn"})
+    assert run.rc == 0, run.output[-6000:]
+    rec = speed_gate_record(labhost)
+    assert rec["streams"] == 2 and "at 2 streams (2 requests at a time)" in run.text, (rec, run.text[-3000:])
+    assert "--parallel 2" in labhost.run(["systemctl", "cat", UNIT]).stdout
+    if rec["verdict"] in ("pays", "loses"):  # a starved host may leave it unproven: then no figures to check
+        assert rec["speculative_total_tps"] == pytest.approx(2 * rec["speculative_tps"], rel=0.01), rec
+        assert rec["break_even_acceptance"] is None and "pairs of 2 requests" in run.text
+    print(f"\nAT N=2 | speed gate {rec['verdict']} {rec.get('ratio')} at {rec['streams']} streams")

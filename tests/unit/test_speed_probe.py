@@ -40,6 +40,7 @@ class Server:
 
     def __init__(self, tps: float) -> None:
         self.tps, self.ours, self.foreign, self.prompts, self.chats = [tps], 0, 0, [], []
+        self.peak = 0  # the most of our requests in flight at once
         self.chat_seconds = 0.3  # how long a chat completion takes
         self.lock = threading.Lock()
         server = self
@@ -68,6 +69,7 @@ class Server:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
                     server.ours += 1
+                    server.peak = max(server.peak, server.ours)
                 chat = self.path == "/v1/chat/completions"
                 if chat:
                     server.prompts.append(body["messages"][-1]["content"])
@@ -187,3 +189,27 @@ def test_the_teams_tasks_are_timed_as_chats_the_workloads_in_turn(servers, tmp_p
     assert len(out["requests"]) == 6 and "secret" not in json.dumps(out)
     assert a.prompts == ["secret edit 0", "secret prose 0", "secret edit 1"]
     assert a.chats[0][0] == {"role": "system", "content": "system edit"}
+
+
+def test_at_the_services_n_each_pair_is_n_requests_at_once_timed_as_aggregate_throughput(servers) -> None:
+    """--streams 2 (a service at --parallel 2): each pair is 2 chats at once on each server, our 2 requests are not
+    taken for somebody else's, every chat is new to its server, and the verdict says it was measured at 2 streams,
+    per stream, with no one-stream break-even."""
+    a, b = servers
+    a.chat_seconds, b.chat_seconds = 1.0, 2.0  # long enough that two requests sent at once overlap on a loaded host;
+    # plain decoding takes twice as long per request
+    out = run_probe(a, b, 3, 30, "--streams", "2")
+    assert out["streams"] == 2 and out["contended"] == [] and not out["gave_up"], out
+    assert a.peak == 2 and b.peak == 2
+    assert len(out["requests"]) == 6 and all(r["predicted_n"] == 64 for r in out["requests"])
+    assert len(a.prompts) == 6 and len(set(a.prompts)) == 6  # 3 pairs of 2, no chat twice to a server
+    rates = {(r["url"], r["prompt"]): r["predicted_per_second"] for r in out["requests"]}
+    assert all(rates[(a.url, i)] > 1.5 * rates[(b.url, i)] for i in range(3)), rates  # aggregate, from wall time
+    verdict = judge(out, out, a.url, b.url, draft_n_max=4)
+    assert verdict["streams"] == 2 and verdict["verdict"] == "pays" and verdict["break_even_acceptance"] is None
+    assert verdict["speculative_total_tps"] == pytest.approx(2 * verdict["speculative_tps"], rel=1e-3)
+    line = message(verdict, "fallback", "svc", parallel=2)
+    assert "at 2 streams (2 requests at a time)" in line and "3 pairs of 2 requests" in line, line
+    assert "per stream" in line and "specops saturate" not in line  # measured at the service's N: no caveat
+    # measured one at a time for a 2-slot service: the caveat stays
+    assert "specops saturate" in message({**verdict, "streams": 1}, "fallback", "svc", parallel=2)

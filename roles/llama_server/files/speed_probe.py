@@ -19,6 +19,10 @@ is all the judge gets (too little is "unproven", never a verdict).
 With ``--max-spread`` the probe keeps measuring (the prompts again, in other words; at most twice as many
 pairs more, within the same ``--idle-timeout``) while the 95% interval of the speed ratio is wider than that --
 a noisy host gets more samples rather than a verdict of chance. The controller judges all clean pairs.
+
+With ``--streams N`` (the service's ``--parallel``) each pair is N chats at once on each server: the service's
+aggregate tokens/s at N streams (every stream's tokens over the batch's wall time) against plain decoding's at N, and
+"nobody else's request" means no more than our N on the measured server.
 """
 
 import argparse
@@ -74,11 +78,11 @@ def busy_slots(url: str, headers: dict) -> int | None:
 
 
 class Watch:
-    """Polls every server's /slots while one request is measured; ``foreign`` counts what it saw that was
-    not ours: more than our one request on the measured server, any request on another one."""
+    """Polls every server's /slots while our requests are measured; ``foreign`` counts what it saw that was
+    not ours: more than our ``ours`` requests on the measured server, any request on another one."""
 
-    def __init__(self, urls: list[str], measured: str, headers: dict, interval: float) -> None:
-        self.urls, self.measured, self.headers, self.interval = urls, measured, headers, interval
+    def __init__(self, urls: list[str], measured: str, headers: dict, interval: float, ours: int = 1) -> None:
+        self.urls, self.measured, self.headers, self.interval, self.ours = urls, measured, headers, interval, ours
         self.foreign: dict[str, int] = {}
         self.blind = False
         self._stop = threading.Event()
@@ -91,7 +95,7 @@ class Watch:
                 if busy is None:
                     self.blind = True
                     continue
-                extra = busy - (1 if url == self.measured else 0)
+                extra = busy - (self.ours if url == self.measured else 0)
                 if extra > 0:
                     self.foreign[url] = max(self.foreign.get(url, 0), extra)
             self._stop.wait(self.interval)
@@ -161,6 +165,38 @@ def task_chats(paths: list, count: int) -> list:
     return chats
 
 
+def batch(url: str, chats: list, tokens: int, headers: dict, timeout: float) -> dict:
+    """``chats`` sent to ``url`` at once (one thread each) -> the batch's record: with one chat, the server's own
+    decode rate; with N, the aggregate tokens/s (every stream's tokens over the wall time from the first request
+    sent to the last answer: the service's throughput at N streams, as the tune's measurement at N counts it).
+    The first failure is raised (urllib.error.URLError, OSError, ValueError)."""
+    answers: list = [None] * len(chats)
+
+    def one(k: int) -> None:
+        try:
+            answers[k] = post(url + "/v1/chat/completions", {"messages": chats[k], "max_tokens": tokens,
+                                                             "temperature": 0.0, "seed": 42}, headers, timeout)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            answers[k] = exc
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(len(chats))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    e2e = time.monotonic() - t0
+    for a in answers:
+        if isinstance(a, Exception):
+            raise a
+    timings = [a.get("timings", {}) for a in answers]
+    n = sum(int(t.get("predicted_n") or 0) for t in timings)
+    rate = timings[0].get("predicted_per_second") if len(chats) == 1 else (round(n / e2e, 3) if e2e > 0 else None)
+    return {"e2e_s": round(e2e, 3), "predicted_n": n, "predicted_per_second": rate,
+            "draft_n": sum(int(t.get("draft_n") or 0) for t in timings),
+            "draft_n_accepted": sum(int(t.get("draft_n_accepted") or 0) for t in timings)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", action="append", required=True, help="server to probe (one or two)")
@@ -176,6 +212,9 @@ def main() -> int:
     ap.add_argument("--watch", action="append", default=[],
                     help="another server whose requests count as contention (the service, when measured alone)")
     ap.add_argument("--watch-interval", type=float, default=0.2)
+    ap.add_argument("--streams", type=int, default=1,
+                    help="requests in flight at once on the measured server (the service's --parallel): each "
+                         "pair is then N chats at once on each server, timed as aggregate tokens/s")
     ap.add_argument("--max-spread", type=float, default=0.0,
                     help="with two servers: measure more pairs while the interval's high ÷ low exceeds this")
     args = ap.parse_args()
@@ -188,8 +227,9 @@ def main() -> int:
     for url in args.url:
         wait_healthy(url, headers, deadline)
     watched = list(dict.fromkeys(args.url + args.watch))
-    out: dict = {"urls": args.url, "tokens": args.tokens, "requests": [], "contended": [], "idle_waited_s": 0.0,
-                 "slots_unavailable": False, "gave_up": ""}
+    streams = max(1, args.streams)
+    out: dict = {"urls": args.url, "tokens": args.tokens, "streams": streams, "requests": [], "contended": [],
+                 "idle_waited_s": 0.0, "slots_unavailable": False, "gave_up": ""}
     # no "cache_prompt": false: llama.cpp builds of 2025 (4227c9be4) do not speculate on such a request, and the
     # gate would time plain decoding twice. Prompts are never repeated to a server, so nothing but the chat
     # template's first tokens can come from the prompt cache, in both arms alike.
@@ -210,8 +250,10 @@ def main() -> int:
     for i in range(len(prompts) + extra):
         if i >= len(prompts) and (spread(out["requests"], args.url) <= 0.9 * args.max_spread or left() <= 0):
             break
-        # beyond the list: its prompts again, in other words (never the same text twice to a server)
-        prompt, attempt = prompts[i % len(prompts)], 100 * (i // len(prompts))
+        # beyond the list: its prompts again, in other words (never the same text twice to a server); at N streams
+        # pair i is the N chats after pair i-1's
+        picks = [(prompts[j % len(prompts)], 100 * (j // len(prompts))) for j in range(i * streams, (i + 1) * streams)]
+        attempt = 0
         order = list(args.url) if i % 2 == 0 else list(reversed(args.url))
         while True:
             pair, foreign, idle, spent_before, t_pair, failed = [], {}, True, spent, time.monotonic(), ""
@@ -224,28 +266,19 @@ def main() -> int:
                 out["idle_waited_s"] = round(out["idle_waited_s"] + waited, 2)
                 if not idle:
                     break
-                with Watch(watched, url, headers, args.watch_interval) as watch:
-                    t0 = time.monotonic()
+                with Watch(watched, url, headers, args.watch_interval, streams) as watch:
                     try:
-                        res = post(url + "/v1/chat/completions", {
-                            "messages": chat_variant(prompt, attempt),
-                            "max_tokens": args.tokens, "temperature": 0.0, "seed": 42},
-                            headers, args.timeout)
+                        rec = batch(url, [chat_variant(p, cycle + attempt) for p, cycle in picks], args.tokens,
+                                    headers, args.timeout)
                     except (urllib.error.URLError, OSError, ValueError) as exc:
                         # a request that fails or outlasts --timeout ends the measuring: no figure from it, and
                         # what was measured before stands or falls on its own (too few prompts: unproven)
                         failed = f"a request to {url} failed: {reason(exc, args.timeout)} (prompt {i + 1})"
                         break
-                    e2e = time.monotonic() - t0
                 out["slots_unavailable"] = out["slots_unavailable"] or watch.blind
                 for other, n in watch.foreign.items():
                     foreign[other] = max(foreign.get(other, 0), n)
-                t = res.get("timings", {})
-                pair.append({
-                    "url": url, "prompt": i, "attempt": attempt % 100, "e2e_s": round(e2e, 3),
-                    "predicted_n": t.get("predicted_n"), "predicted_per_second": t.get("predicted_per_second"),
-                    "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0),
-                })
+                pair.append({"url": url, "prompt": i, "attempt": attempt, **rec})
             if failed:
                 out["gave_up"] = failed
                 break
@@ -257,7 +290,7 @@ def main() -> int:
                 out["requests"].extend(pair)
                 break
             spent = spent_before + time.monotonic() - t_pair  # the waits and the discarded pair, counted once
-            out["contended"].append({"prompt": i, "attempt": attempt % 100, "other_requests": foreign})
+            out["contended"].append({"prompt": i, "attempt": attempt, "other_requests": foreign})
             attempt += 1
         if out["gave_up"]:
             break

@@ -35,10 +35,20 @@ def tune_mix_arg(shares: Any) -> str:
     return inputs.mix_text(dict(shares or {}))
 
 
+def tune_task_source(paths: Any) -> str:
+    """The team's task files as the tune's record names them (each file's name and sha256 prefix): the speed gate's
+    ``traffic``, so that the gate's record and the tune's name a file alike."""
+    from pathlib import Path
+
+    from specops.tune.record import task_source  # its bench imports: only when asked
+    return task_source([Path(str(p)) for p in paths or []])
+
+
 FILTERS = {
     "specops_tune_scope": tune_scope,
     "specops_tune_apply": tune_apply,
     "specops_tune_summary": tune_summary,
     "specops_tune_input_problems": tune_input_problems,
     "specops_tune_mix_arg": tune_mix_arg,
+    "specops_tune_task_source": tune_task_source,
 }
