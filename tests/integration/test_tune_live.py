@@ -101,12 +101,18 @@ def test_the_live_prediction_moves_when_the_traffic_changes(llama_build: lab.Lla
     exp, exp_plain = exporter(spec), exporter(plain)
     try:
         # edits: the n-gram drafts from the prompt's code, as the tune measured
-        # (read right after each request: the window is short, and a loaded host's next request could outlast it)
-        on_edits = []
+        # (read for a while right after each request: the window is short, and a loaded host's next request could
+        # outlast it; not every edit drafts, so every reading is kept)
+        on_edits: list[float] = []
         for m in edits:
             spec.client.chat(m, max_tokens=TOKENS, temperature=0.0, seed=1, cache_prompt=False)
-            on_edits.append(wait_for(lambda: live_value(exp), 30, "the live prediction on edits"))
-        edits_figure = float(on_edits[-1])
+            wait_for(lambda: live_value(exp), 30, "the live prediction on edits")
+            until = time.monotonic() + 2.0
+            while time.monotonic() < until:
+                value = live_value(exp)
+                if value is not None:
+                    on_edits.append(value)
+                time.sleep(0.2)
         # nothing sent for a window: no tokens in it, no figure (absent, not 1 nor 0)
         wait_for(lambda: live_value(exp) is None, 4 * WINDOW, "the live prediction to go with the traffic")
         # prose: what the n-gram finds to draft there is what moves the figure
@@ -116,7 +122,8 @@ def test_the_live_prediction_moves_when_the_traffic_changes(llama_build: lab.Lla
         # the figure moved with the traffic (here, idle: edits 1.089, prose 1.000 -- the prose drafted nothing --
         # against a measured 1.014); which way depends on whether ngram-mod paid in this run's measurement, so only
         # the move and its size are asserted
-        assert abs(prose_figure - edits_figure) > 0.01, (prose_figure, edits_figure, model.to_dict())
+        print(f"live prediction: edits {sorted(set(round(v, 3) for v in on_edits))}, prose {prose_figure:.3f}")
+        assert max(abs(prose_figure - v) for v in on_edits) > 0.01, (prose_figure, on_edits, model.to_dict())
         assert "specops_tune_measured_speedup " in exp.exposition().decode()  # beside the tune's own figure
         # the plain server with the same record: plain decoding has no live acceptance, so no figure at all
         assert live_value(exp_plain) is None and "specops_tune_info" in exp_plain.exposition().decode()
