@@ -213,7 +213,7 @@ def main() -> int:
                     help="another server whose requests count as contention (the service, when measured alone)")
     ap.add_argument("--watch-interval", type=float, default=0.2)
     ap.add_argument("--streams", type=int, default=1,
-                    help="requests in flight at once on the measured server (the service's --parallel): each "
+                    help="requests in flight at once on the measured server (the service's slots): each "
                          "pair is then N chats at once on each server, timed as aggregate tokens/s")
     ap.add_argument("--max-spread", type=float, default=0.0,
                     help="with two servers: measure more pairs while the interval's high ÷ low exceeds this")
