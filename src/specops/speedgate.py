@@ -88,9 +88,10 @@ def judge(spec: Mapping[str, Any], plain: Mapping[str, Any], spec_url: str, plai
         n_tokens = sum(int(r.get("predicted_n") or 0) for r in spec_reqs)
         # at N streams the probe's rates are the service's aggregate: the record keeps them per stream (what the
         # exporter's decode tokens/s, per slot, is compared with) and the totals beside them
+        spec_total, plain_total = mean([s[i] for i in common]), mean([p[i] for i in common])
         out.update({
-            "speculative_tps": round(mean([s[i] for i in common]) / streams, 3),
-            "plain_tps": round(mean([p[i] for i in common]) / streams, 3),
+            "speculative_tps": round(spec_total / streams, 3),
+            "plain_tps": round(plain_total / streams, 3),
             "ratio": round(iv.estimate, 4),
             "ratio_low": round(iv.low, 4) if iv.low is not None else None,
             "ratio_high": round(iv.high, 4) if iv.high is not None else None,
@@ -103,8 +104,7 @@ def judge(spec: Mapping[str, Any], plain: Mapping[str, Any], spec_url: str, plai
             if streams <= 1 else None,
         })
         if streams > 1:
-            out["speculative_total_tps"] = round(mean([s[i] for i in common]), 3)
-            out["plain_total_tps"] = round(mean([p[i] for i in common]), 3)
+            out["speculative_total_tps"], out["plain_total_tps"] = round(spec_total, 3), round(plain_total, 3)
     out["verdict"], out["unproven_because"] = _verdict(out, min_ratio, max_spread, gave_up, blind)
     return out
 

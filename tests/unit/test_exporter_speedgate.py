@@ -28,6 +28,7 @@ from specops.exporter.collector import SpecopsCollector
 from specops.exporter.speedgate import INVALID, MISSING, OK, STALE, STATES, UNIT_DIRS, SpeedGateFile, unit_path_problem
 from specops.tune import live
 from tests.unit.fake_llama_fetcher import CAP, SPEC_METRICS, Answer, FakeClock, FakeFetcher, fake_scraper
+from tests.unit.test_exporter_golden import doubled
 
 SPECULATIVE_UNIT = "[Service]\nExecStart=/opt/llama.cpp/bin/llama-server -md /srv/d.gguf --spec-type draft-simple\n"
 PLAIN_UNIT = "[Service]\nExecStart=/opt/llama.cpp/bin/llama-server --spec-type none\n"
@@ -436,20 +437,12 @@ def live_exposition(host: Host, metrics: str = SPEC_METRICS, passes: int = 2,
         f.routes["/slots"] = Answer(body=slots)
     scraper = fake_scraper(f, clock, speed_gate_file=str(host.record), speed_gate_unit_dirs=(str(host.units),))
     for i in range(passes):
-        f.routes["/metrics"] = Answer(body=(metrics if i == 0 else doubled(metrics)).encode())
+        f.routes["/metrics"] = Answer(body=metrics.encode() if i == 0 else doubled(metrics))
         scraper.scrape_once()
         clock.advance(5.0)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SpecopsCollector(scraper))
     return {f.name: f.samples for f in text_string_to_metric_families(generate_latest(registry).decode())}
-
-
-def doubled(text: str) -> str:
-    out = []
-    for line in text.splitlines():
-        name, _, value = line.rpartition(" ")
-        out.append(f"{name} {float(value) * 2:g}" if "_total" in name and not line.startswith("#") else line)
-    return "\n".join(out) + "\n"
 
 
 def counter(text: str, name: str) -> float:

@@ -667,14 +667,12 @@ def _streams_fit(s: Setup, args: argparse.Namespace, name: str, n: int,
         return n, f"memory fit at {n} streams not checked ({str(exc).splitlines()[0]}): measured at {n}"
     if fit >= n:
         return n, ""
-    both = f"{name} and plain decoding, side by side at --parallel {n}"
+    short = (f"{name} and plain decoding, side by side at --parallel {n}, do not fit in {memory.kind} here "
+             f"({memory.available / MIB:,.0f} MiB available, {need(n) / MIB:,.0f} MiB + {margin / MIB:,.0f} MiB "
+             "margin needed)")
     if fit < 2:
-        return fit, (f"nothing measured at {n} streams: {both} do not fit in {memory.kind} here "
-                     f"({memory.available / MIB:,.0f} MiB available, {need(n) / MIB:,.0f} MiB + {margin / MIB:,.0f} "
-                     "MiB margin needed): the choice is for one stream")
-    return fit, (f"{both} do not fit in {memory.kind} here ({memory.available / MIB:,.0f} MiB available, "
-                 f"{need(n) / MIB:,.0f} MiB + {margin / MIB:,.0f} MiB margin needed): measured at {fit} streams, the "
-                 f"largest N that fits")
+        return fit, f"nothing measured at {n} streams: {short}: the choice is for one stream"
+    return fit, f"{short}: measured at {fit} streams, the largest N that fits"
 
 
 def _at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice,
