@@ -21,14 +21,22 @@ draft-model types, where every round drafts ``n_max`` tokens): one round costs `
 The probe sends one request at a time by default (``STREAMS``); given the service's ``--parallel`` N
 (``--streams``) each pair is N requests at once per server, timed as aggregate tokens/s, so the verdict is for the
 service's concurrency. Every verdict line says which (:func:`measured_at`, from the probe's own ``streams``).
+
+The role's speed-gate task files (roles/llama_server/tasks/speedgate*.yml) only run things and call this module:
+before the install, :func:`before_install` (measure this unit, or did it lose before: serve plain or refuse);
+after the probes, :func:`gate` then :func:`after_verdict` (the record, what the service serves, fall back or fail);
+at the end of a proven deploy, :func:`running_record` (the record for the unit that runs now).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from specops.bench.stats import geomean_ratio_ci, mean
@@ -203,7 +211,7 @@ def message(result: Mapping[str, Any], action: str, service: str, parallel: int 
 
 
 def unproven_action(action: str, service: str) -> str:
-    """What the role does with an unproven verdict (see roles/llama_server/tasks/speedgate.yml)."""
+    """What the role does with an unproven verdict (:func:`after_verdict`; tasks/speedgate_fallback.yml)."""
     again = ("measure again when the host is quiet (llama_server_speed_gate_refresh=true), or run `specops bench` "
              "in a maintenance window")
     if action == "fallback":
@@ -255,3 +263,127 @@ def gate_record(slurped: Any, path: str) -> dict[str, Any]:
     text = base64.b64decode(content).decode("utf-8", errors="replace") if content is not None else None
     record, problem = read_record(text, path)
     return {"record": record, "problem": problem}
+
+
+# ---- the deploy's decisions (roles/llama_server/tasks/speedgate_decide.yml, speedgate.yml, speedgate_record.yml)
+
+
+def prompts_traffic(prompts: Sequence[str]) -> str:
+    """The gate's own prompts as a record names its traffic: the sha256 prefix of their JSON (the role computed it as
+    ``prompts | to_json | hash('sha256')``; records written then compare equal)."""
+    return "prompts sha256 " + hashlib.sha256(json.dumps(list(prompts)).encode("utf-8")).hexdigest()[:16]
+
+
+def traffic(prompts: Sequence[str], tune_tasks: Sequence[str] = ()) -> str:
+    """What the gate times, as its record names it: the team's task files when the tune measured on them (each
+    file's name and sha256 prefix, as the tune's record names them), else the gate's prompts."""
+    if tune_tasks:
+        from specops.tune.record import task_source  # its bench imports: only when asked
+
+        return f"tasks {task_source([Path(str(p)) for p in tune_tasks])}"
+    return prompts_traffic(prompts)
+
+
+def _lost_message(prev: Mapping[str, Any]) -> str:
+    """Why llama_server_speed_gate=fail refuses a unit its record says lost (one line, the record's figures)."""
+    def got(key: str) -> Any:
+        return prev.get(key, "?")
+
+    measured = f", measured {prev['concurrency']}" if "concurrency" in prev else ""
+    return (f"speed gate ({got('measured_at')}): this unit LOST on this host (speculative {got('speculative_tps')} "
+            f"tok/s vs plain {got('plain_tps')} tok/s, {got('ratio')}×{measured}); not deployed "
+            "(llama_server_speed_gate=fail), nothing was changed. Set llama_server_speed_gate_refresh=true to measure "
+            "again, or llama_server_speed_gate=fallback to serve plain decoding.")
+
+
+def before_install(read: Mapping[str, Any], unit_sha256: str, action: str, spec_type: str, refresh: bool,
+                   prompts: Sequence[str], tune_tasks: Sequence[str] = (), tuned: bool = False) -> dict[str, Any]:
+    """Before the staged unit is installed: what the gate will time and whether this unit needs measuring. ``read``:
+    :func:`gate_record`'s answer for the host's record; ``unit_sha256``: the staged speculative unit's checksum (the
+    record's key); ``tuned``: the tune ran on this deploy (then the gate times the team's task files, when there are
+    any). The gate measures each speculative unit once (again when refreshed, when its verdict was unproven, or when
+    what it times changed). A unit whose record says it lost, on the same traffic, is not measured again:
+    ``plain_only`` (fallback serves plain decoding instead, ``plain_note`` says so), ``refusal`` (fail refuses it
+    before anything changes), warn and off serve it.
+
+    -> {prev, traffic, on_tasks, measure, lost_before, plain_only, plain_note, refusal}"""
+    prev = dict(read.get("record") or {})
+    on_tasks = bool(tune_tasks) and bool(tuned)
+    now = traffic(prompts, tune_tasks if on_tasks else ())
+    was = prev.get("traffic", prompts_traffic(prompts))  # a record from before traffic was kept: the prompts
+    same_unit = prev.get("unit_sha256", "") == unit_sha256
+    verdict = prev.get("verdict", "")
+    speculates = spec_type != "none"
+    measure = action != "off" and speculates and (refresh or not same_unit or verdict == "unproven" or was != now)
+    lost = speculates and not refresh and same_unit and verdict == "loses" and was == now
+    plain_only = action == "fallback" and lost
+    return {
+        "prev": prev, "traffic": now, "on_tasks": on_tasks, "measure": measure, "lost_before": lost,
+        "plain_only": plain_only,
+        "plain_note": (f"speed gate ({prev.get('measured_at', '?')}): {prev.get('message', '')} Set "
+                       "llama_server_speed_gate_refresh=true to measure again.") if plain_only else "",
+        "refusal": _lost_message(prev) if action == "fail" and lost else "",
+    }
+
+
+def after_verdict(result: Mapping[str, Any], action: str, plan: Mapping[str, Any], known_good_sha256: str | None,
+                  unit_sha256: str, spec_type: str, build_id: str, measured_at: str | None = None) -> dict[str, Any]:
+    """What the deploy does with :func:`gate`'s verdict (``plan``: :func:`before_install`'s answer;
+    ``known_good_sha256``: the checksum of the host's known-good unit, None when there is none):
+
+    * ``keep_known_good``: unproven, and the known-good unit is the one the gate's last verdict said pays for;
+    * ``to_known_good`` (fallback): put that unit back; ``to_plain`` (fallback): serve plain decoding (loses, or
+      unproven with no proven unit); ``fail`` (fail): loses or unproven fails the deploy (rolled back);
+    * ``serving``: what the service serves now, and ``record``: the result kept for this unit (read by the exporter).
+    """
+    verdict = result["verdict"]
+    prev = plan.get("prev") or {}
+    keep = (verdict == "unproven" and known_good_sha256 is not None and prev.get("verdict", "") == "pays"
+            and prev.get("unit_sha256", "") == known_good_sha256)
+    if verdict == "pays" or action == "warn":
+        serving = "speculative"
+    elif action == "fail":
+        serving = "not deployed"
+    else:
+        serving = "known-good" if verdict == "unproven" and keep else "plain"
+    when = measured_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "keep_known_good": keep,
+        "to_known_good": keep and action == "fallback",
+        "to_plain": action == "fallback" and (verdict == "loses" or (verdict == "unproven" and not keep)),
+        "fail": verdict in ("loses", "unproven") and action == "fail",
+        "serving": serving,
+        "record": {**result, "unit_sha256": unit_sha256, "measured_at": when, "action": action,
+                   "spec_type": spec_type, "build_id": build_id, "traffic": plan.get("traffic"), "serving": serving},
+    }
+
+
+def running_record(measured: Any, plan: Mapping[str, Any], action: str, unit_sha256: str, spec_type: str,
+                   build_id: str, unit_file: str, installed_sha256: str, path: str,
+                   tune_summary: Mapping[str, Any] | None = None, tune_plain: bool = False) -> dict[str, Any]:
+    """The record every proven deploy leaves for the unit that runs now (``unit_file``, ``installed_sha256``: the
+    exporter checks it still runs, and calls the record stale when not): this run's measurement (``measured``, the
+    record read back, an ansible.builtin.slurp result), or the verdict kept from an earlier run for this very unit
+    (saying what it serves now and under which action), or ``not_measured`` saying why (gate off, nothing to
+    measure, plain decoding as the tune's answer) -- never an earlier unit's verdict. With the tune's summary
+    (``tune``) when the tune ran."""
+    prev = plan.get("prev") or {}
+    if plan.get("measure"):
+        record = gate_record(measured, path)["record"]
+    elif (action != "off" and prev.get("verdict", "") in ("pays", "loses")
+          and prev.get("unit_sha256", "") == unit_sha256):
+        record = {**prev, "serving": "plain" if plan.get("plain_only") else "speculative", "action": action}
+    else:
+        if tune_plain and spec_type == "none":
+            t = tune_summary or {}
+            why = (f"plain decoding is served, the tune's answer (specops tune, {t.get('when', '?')}: "
+                   f"{t.get('reason') or 'no candidate pays here'})")
+        elif action == "off":
+            why = "llama_server_speed_gate is off"
+        else:
+            why = "the service does not speculate"
+        record = {"verdict": "not_measured", "unit_sha256": unit_sha256, "action": action,
+                  "serving": "plain" if spec_type == "none" else "speculative", "spec_type": spec_type,
+                  "build_id": build_id, "message": f"not measured: {why}"}
+    tune = {"tune": dict(tune_summary)} if tune_summary is not None else {}
+    return {**record, "unit_file": unit_file, "installed_unit_sha256": installed_sha256, **tune}

@@ -205,7 +205,7 @@ def test_a_plain_answer_with_the_kind_left_open_is_served_directly(tuned, labhos
 # -- the tune is owned by its deploy (issue 51)
 
 TUNE_UNIT = "specops-tune"
-LEASH_S = 60  # tune.yml: the heartbeat timeout, after which a tune nobody looks at stops itself
+LEASH_S = 60  # tune_run.yml: the heartbeat timeout, after which a tune nobody looks at stops itself
 # a forced tune with the kind left open: the ceiling (llama-bench), the probes (the plain server at least), then
 # the measurement's servers: llama-server processes of the tune's unit from its first probe on
 FORCED = {"llama_server_spec_type": "auto", "llama_server_tune_refresh": True, "llama_server_tune_budget": 2}

@@ -8,7 +8,6 @@ rate per draft position (llama.cpp refuses any other count).
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -16,11 +15,11 @@ import pytest
 
 from specops.argv import build_argv
 from specops.bench.arms import select_arms
+from specops.bench.capacity import capacity
 from specops.bench.runner import BenchConfig, BenchError, parse_rates
 from specops.bench.tasks import load_tasks
 from specops.capabilities import parse_help
 from specops.cli import main
-from specops.commands import bench
 from specops.paths import build_backend
 from tests.unit.synthgguf import write_gguf
 
@@ -96,14 +95,12 @@ def test_gpu_capacity_counts_one_copy_of_the_weights_per_server(tmp_path: Path) 
     draft = write_gguf(tmp_path / "d.gguf")
     cfg = BenchConfig(target=target, draft=draft, server_binary=Path("llama-server"),
                       caps=parse_help(HELP.read_text()), tasks=load_tasks(limit_per_workload=1), backend="cuda")
-    parser = argparse.ArgumentParser()
-    bench.add_arguments(parser)
     arms = select_arms(["exact-n8", "exact-n2"])  # with the two baselines: four servers
     # one server: 64 MiB of weights + 576 MiB CUDA context + KV/compute; 4 GiB less the 512 MiB margin holds all
-    n, note = bench._capacity(parser.parse_args(["--memory-mib", "4096"]), cfg, arms)
+    n, note = capacity(cfg, arms, memory_mib=4096)
     assert "of GPU" in note and n == len(arms), note
     # 2 GiB: the file is not counted as shared page cache, so fewer servers fit
-    small, note_small = bench._capacity(parser.parse_args(["--memory-mib", "2048"]), cfg, arms)
+    small, note_small = capacity(cfg, arms, memory_mib=2048)
     assert 1 <= small < n, note_small
 
 

@@ -27,6 +27,9 @@ UNIVERSAL = {"--help", "--usage", "--version"}
 # A module may name a llama-server spelling that is not llama-server's flag there, with a reason.
 NOT_LLAMA_SERVER = {
     ("src/specops/bench/runner.py", "--draft"): "specops bench's own --draft option (the draft model path)",
+    ("src/specops/bench/capacity.py", "--ctx-size"): "specops bench's own --ctx-size option, in its advice",
+    ("src/specops/tune/prepare.py", "--draft"): "specops tune's own --draft option (the draft model path)",
+    ("src/specops/tune/at_streams.py", "--parallel"): "specops tune's own --parallel option (the service's slots)",
     ("src/specops/exporter/config.py", "--timeout"): "specops exporter's own --timeout option",
     ("src/specops/exporter/config.py", "--log-file"): "specops exporter's own --log-file option",
     ("src/specops/exporter/fetch.py", "--api-key-file"): "specops exporter's own --api-key-file option",
@@ -109,7 +112,7 @@ def test_the_scan_finds_a_flag_in_code_but_not_in_docstrings_or_own_options() ->
 OTHER_PROGRAMS = {
     "src/specops/commands/bench.py": (("--draft",), ("playbooks/bench.yml",)),
     "src/specops/commands/tune.py": (("--draft", "--ctx-size", "--threads", "--parallel", "--api-key-file"),
-                                     ("roles/llama_server/tasks/tune.yml",)),
+                                     ("roles/llama_server/tasks/tune_run.yml",)),
     "src/specops/commands/exporter.py": (("--timeout", "--api-key-file"),
                                          ("roles/exporter/templates/specops-exporter.service.j2",)),
     "src/specops/commands/fetch_model.py": (("--models-dir",), ("roles/models/tasks/fetch.yml",)),
@@ -122,7 +125,7 @@ OTHER_PROGRAMS = {
                                            "roles/llama_server/tasks/speedgate.yml")),
     "roles/llama_server/files/speed_probe.py": (("--timeout", "--api-key-file"),
                                                 ("roles/llama_server/tasks/speedgate.yml",)),
-    "roles/llama_server/files/wait_healthy.py": (("--timeout",), ("roles/llama_server/tasks/service.yml",
+    "roles/llama_server/files/wait_healthy.py": (("--timeout",), ("roles/llama_server/tasks/rollback.yml",
                                                                   "roles/llama_server/tasks/verify.yml",
                                                                   "roles/systemd_unit/tasks/apply.yml")),
     "roles/llama_server/files/probe.py": (("--api-key-file",), ("roles/llama_server/tasks/verify.yml",)),
@@ -188,7 +191,7 @@ def test_the_yaml_scan_finds_a_flag_in_what_runs_but_not_in_prose() -> None:
     assert yaml_spelled_flags(template, "roles/x/templates/y.j2", forbidden()) == [
         "roles/x/templates/y.j2:4: --draft-max"]
     tune = "- x: \"{{ ['--ctx-size', 1] }}\"\n"  # specops tune's own option there, llama-server's anywhere else
-    assert yaml_spelled_flags(tune, "roles/llama_server/tasks/tune.yml", forbidden()) == []
+    assert yaml_spelled_flags(tune, "roles/llama_server/tasks/tune_run.yml", forbidden()) == []
     assert yaml_spelled_flags(tune, "roles/llama_server/tasks/argv.yml", forbidden()) == [
         "roles/llama_server/tasks/argv.yml:1: --ctx-size"]
 

@@ -216,3 +216,123 @@ def test_the_bench_header_uses_the_saturation_run_beside_its_report(tmp_path) ->
     head = header_for("spec-n4", "why", "rule", "r.md", found)
     assert "saturation-20261124T225124Z.json" in head and "llama_server_saturation_report" in head
     assert "Mixed or unsettled" in head
+
+
+# ---- the deploy's decisions: roles/llama_server/tasks/speedgate_decide.yml, speedgate.yml, speedgate_record.yml ---
+
+PROMPTS = ["Write a parser.", "Explain hash maps — in \"three\" paragraphs."]
+SHA, OTHER = "a" * 64, "b" * 64
+
+
+def _read(record: dict | None) -> dict:
+    return {"record": record or {}, "problem": ""}
+
+
+def test_the_prompts_key_is_the_one_the_role_computed_with_to_json_and_hash() -> None:
+    from ansible.plugins.filter.core import get_hash, to_json
+
+    from specops.speedgate import prompts_traffic
+
+    assert prompts_traffic(PROMPTS) == f"prompts sha256 {get_hash(to_json(PROMPTS), 'sha256')[:16]}"
+
+
+def test_before_install_measures_each_unit_once_and_serves_plain_after_a_loss() -> None:
+    from specops.speedgate import before_install, prompts_traffic
+
+    key = prompts_traffic(PROMPTS)
+    fresh = before_install(_read(None), SHA, "fallback", "draft-simple", False, PROMPTS)
+    assert fresh["measure"] and not fresh["lost_before"] and not fresh["plain_only"] and fresh["traffic"] == key
+    assert fresh["plain_note"] == fresh["refusal"] == "" and fresh["on_tasks"] is False
+    lost = {"verdict": "loses", "unit_sha256": SHA, "traffic": key, "measured_at": "T", "message": "it lost.",
+            "speculative_tps": 6.0, "plain_tps": 12.0, "ratio": 0.5, "concurrency": "at 1 stream"}
+    again = before_install(_read(lost), SHA, "fallback", "draft-simple", False, PROMPTS)
+    assert not again["measure"] and again["lost_before"] and again["plain_only"] and again["refusal"] == ""
+    assert again["plain_note"] == "speed gate (T): it lost. Set llama_server_speed_gate_refresh=true to measure again."
+    refused = before_install(_read(lost), SHA, "fail", "draft-simple", False, PROMPTS)
+    assert not refused["plain_only"] and refused["refusal"].startswith(
+        "speed gate (T): this unit LOST on this host (speculative 6.0 tok/s vs plain 12.0 tok/s, 0.5×, measured at 1 "
+        "stream); not deployed (llama_server_speed_gate=fail), nothing was changed. Set ")
+    kept = before_install(_read(lost), SHA, "warn", "draft-simple", False, PROMPTS)
+    assert kept["lost_before"] and not kept["plain_only"] and not kept["measure"] and kept["refusal"] == ""
+    # measured again: refreshed, another unit, an unproven verdict, other traffic; never with the gate off or no spec
+    assert before_install(_read(lost), SHA, "fallback", "draft-simple", True, PROMPTS)["measure"]
+    assert before_install(_read(lost), OTHER, "fallback", "draft-simple", False, PROMPTS)["measure"]
+    assert before_install(_read({**lost, "verdict": "unproven"}), SHA, "fallback", "x", False, PROMPTS)["measure"]
+    assert before_install(_read({**lost, "traffic": "tasks a.jsonl"}), SHA, "fallback", "x", False, PROMPTS)["measure"]
+    assert not before_install(_read(None), SHA, "off", "draft-simple", False, PROMPTS)["measure"]
+    assert not before_install(_read(lost), SHA, "fallback", "none", False, PROMPTS)["lost_before"]
+    # a record from before the traffic was kept is one on the prompts
+    old = {k: v for k, v in lost.items() if k != "traffic"}
+    assert before_install(_read(old), SHA, "fallback", "draft-simple", False, PROMPTS)["plain_only"]
+
+
+def test_before_install_times_the_team_s_tasks_only_when_the_tune_ran_on_them(tmp_path) -> None:
+    from specops.speedgate import before_install, prompts_traffic
+
+    tasks = tmp_path / "team.jsonl"
+    tasks.write_text('{"prompt": "x"}\n')
+    on = before_install(_read(None), SHA, "fallback", "draft-simple", False, PROMPTS, [str(tasks)], True)
+    assert on["on_tasks"] and on["traffic"].startswith("tasks team.jsonl (sha256 ")
+    off = before_install(_read(None), SHA, "fallback", "draft-simple", False, PROMPTS, [str(tasks)], False)
+    assert not off["on_tasks"] and off["traffic"] == prompts_traffic(PROMPTS)
+
+
+def test_after_verdict_records_what_the_service_serves_and_what_the_deploy_does() -> None:
+    from specops.speedgate import after_verdict
+
+    plan = {"prev": {"verdict": "pays", "unit_sha256": OTHER}, "traffic": "prompts sha256 x"}
+    result = {"verdict": "unproven", "message": "m"}
+
+    def then(verdict: str, action: str, known_good: str | None = OTHER) -> dict:
+        return after_verdict({**result, "verdict": verdict}, action, plan, known_good, SHA, "draft-simple", "b1",
+                             measured_at="T")
+
+    kept = then("unproven", "fallback")
+    assert kept["keep_known_good"] and kept["to_known_good"] and not kept["to_plain"] and not kept["fail"]
+    assert kept["serving"] == "known-good"
+    assert kept["record"] == {"verdict": "unproven", "message": "m", "unit_sha256": SHA, "measured_at": "T",
+                              "action": "fallback", "spec_type": "draft-simple", "build_id": "b1",
+                              "traffic": "prompts sha256 x", "serving": "known-good"}
+    none_proven = then("unproven", "fallback", None)
+    assert none_proven["to_plain"] and not none_proven["to_known_good"] and none_proven["serving"] == "plain"
+    assert then("unproven", "fallback", SHA)["to_plain"]  # the known-good unit is not the one that paid
+    loses = then("loses", "fallback")
+    assert loses["to_plain"] and not loses["keep_known_good"] and loses["serving"] == "plain"
+    assert then("pays", "fallback")["serving"] == "speculative" and not then("pays", "fallback")["to_plain"]
+    assert then("loses", "warn")["serving"] == "speculative" and not then("loses", "warn")["to_plain"]
+    failed = then("loses", "fail")
+    assert failed["fail"] and failed["serving"] == "not deployed" and not failed["to_plain"]
+    assert then("unproven", "fail")["fail"] and not then("pays", "fail")["fail"]
+    assert then("unproven", "warn")["keep_known_good"] and not then("unproven", "warn")["to_known_good"]
+
+
+def test_the_record_for_the_unit_that_runs_now() -> None:
+    import base64
+
+    from specops.speedgate import running_record
+
+    unit = {"unit_file": "/etc/systemd/system/s.service", "installed_unit_sha256": OTHER}
+
+    def record(measured, plan, action="fallback", spec="draft-simple", summary=None, tune_plain=False) -> dict:
+        return running_record(measured, plan, action, SHA, spec, "b1", unit["unit_file"],
+                              unit["installed_unit_sha256"], "/etc/specops/speed-gate.json", summary, tune_plain)
+
+    this_run = {"verdict": "pays", "unit_sha256": SHA, "ratio": 1.3}
+    slurped = {"content": base64.b64encode(json.dumps(this_run).encode()).decode()}
+    assert record(slurped, {"measure": True, "prev": {}}) == {**this_run, **unit}
+    assert record({"failed": True}, {"measure": True, "prev": {}}) == unit  # unreadable: no verdict kept
+    prev = {"verdict": "loses", "unit_sha256": SHA, "serving": "speculative", "action": "warn", "ratio": 0.5}
+    assert record({}, {"measure": False, "prev": prev, "plain_only": True}) == {
+        **prev, "serving": "plain", "action": "fallback", **unit}
+    assert record({}, {"measure": False, "prev": prev}, "off") == {
+        "verdict": "not_measured", "unit_sha256": SHA, "action": "off", "serving": "speculative",
+        "spec_type": "draft-simple", "build_id": "b1", "message": "not measured: llama_server_speed_gate is off",
+        **unit}
+    other = {**prev, "unit_sha256": OTHER}  # never an earlier unit's verdict
+    assert record({}, {"measure": False, "prev": other}, spec="none")["message"] == (
+        "not measured: the service does not speculate")
+    tuned = record({}, {"measure": False, "prev": {}}, spec="none", summary={"when": "W", "reason": ""},
+                   tune_plain=True)
+    assert tuned["message"] == ("not measured: plain decoding is served, the tune's answer (specops tune, W: no "
+                                "candidate pays here)") and tuned["tune"] == {"when": "W", "reason": ""}
+    assert tuned["serving"] == "plain" and "tune" not in record({}, {"measure": False, "prev": {}})

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from specops.cli import main
-from specops.commands.tune import profile_vars, table
+from specops.commands.tune import table
 from specops.tune import probes
+from specops.tune.result import profile_vars
 
 pytestmark = pytest.mark.fast
 
@@ -100,7 +101,7 @@ def test_a_ceiling_slower_than_the_server_itself_is_named():
     from types import SimpleNamespace
 
     from specops.bench.costmodel import Run, StepCosts
-    from specops.commands.tune import _predict
+    from specops.tune.predict import predict as _predict
     from specops.tune.probes import ProbeResult
 
     fixtures = Path(__file__).parents[1] / "fixtures" / "gpu-h200-tune"
@@ -135,7 +136,7 @@ def test_models_that_do_not_fit_are_refused_in_one_line(tmp_path, capsys, monkey
     from tests.unit.synthgguf import write_gguf
 
     target = write_gguf(tmp_path / "t.gguf", extra_tensor_elems=16 * 2**20)  # 64 MiB of weights
-    monkeypatch.setattr("specops.commands.tune.measure_memory",
+    monkeypatch.setattr("specops.tune.prepare.measure_memory",
                         lambda backend: Memory("host RAM", 100 * MIB, 100 * MIB, "psutil (available)"))
     work = tmp_path / "work"
     rc = main(["tune", "--target", str(target), "--draft", str(target), "--llama-prefix",

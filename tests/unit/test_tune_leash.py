@@ -178,8 +178,9 @@ def _fake_tune(monkeypatch, tmp_path: Path, during=lambda: None) -> None:
         during()
         return {"chosen": "exact-ngram-mod", "elapsed_s": 12.0}, ""
 
-    monkeypatch.setattr(tune, "_setup", lambda args: SimpleNamespace(store=SimpleNamespace(root=work), work=work))
-    monkeypatch.setattr(tune, "_watched", watched)
+    monkeypatch.setattr("specops.tune.prepare.prepare",
+                        lambda args: SimpleNamespace(store=SimpleNamespace(root=work), work=work))
+    monkeypatch.setattr("specops.tune.pipeline.watched", watched)
     monkeypatch.setattr(tune, "_print", lambda result, s, args: print("the table"))
 
 

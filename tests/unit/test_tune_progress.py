@@ -77,11 +77,11 @@ def test_figures_before_any_block():
 
 
 def test_the_role_passes_only_flags_specops_tune_has():
-    """roles/llama_server/tasks/tune.yml's command line (--progress-file among its flags) against the parser of
+    """roles/llama_server/tasks/tune_run.yml's command line (--progress-file among its flags) against the parser of
     `specops tune`: a flag it does not have would refuse every deploy's tune."""
     from specops.commands import tune
 
-    text = (Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "tasks" / "tune.yml").read_text()
+    text = (Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "tasks" / "tune_run.yml").read_text()
     flags = set(re.findall(r"'(--[a-z][a-z-]+)'", text))
     assert "--progress-file" in flags and "--reuse" in flags
     p = argparse.ArgumentParser()

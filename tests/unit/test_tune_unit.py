@@ -231,13 +231,24 @@ def test_control_groups(text, path, service):
     assert unit.cgroup_path(text) == path and unit.service_of(path) == service
 
 
+def _every_task(node: object):
+    """Every task and block of a parsed task file, nested ones (block, rescue, always) included."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _every_task(item)
+    elif isinstance(node, dict):
+        yield node
+        for key in ("block", "rescue", "always"):
+            yield from _every_task(node.get(key) or [])
+
+
 def test_the_role_calls_the_unit_helper_with_flags_it_has():
-    """roles/llama_server/tasks/tune.yml's sweep, poll and ExecStopPost command lines against this module's parser
-    (a flag it does not have would fail every deploy's tune)."""
-    text = (REPO / "roles" / "llama_server" / "tasks" / "tune.yml").read_text()
-    tasks = yaml.safe_load(text)
-    block = next(t["block"] for t in tasks if "block" in t)
-    argvs = [t["ansible.builtin.command"]["argv"] for t in block + next(t["block"] for t in block if "block" in t)
+    """roles/llama_server/tasks/tune*.yml's sweep (tune_prepare.yml), poll and ExecStopPost (tune_run.yml) command
+    lines against this module's parser (a flag it does not have would fail every deploy's tune)."""
+    files = sorted((REPO / "roles" / "llama_server" / "tasks").glob("tune*.yml"))
+    assert {f.name for f in files} >= {"tune.yml", "tune_prepare.yml", "tune_run.yml", "tune_result.yml"}
+    text = "\n".join(f.read_text() for f in files)
+    argvs = [t["ansible.builtin.command"]["argv"] for f in files for t in _every_task(yaml.safe_load(f.read_text()))
              if isinstance(t.get("ansible.builtin.command", {}).get("argv"), list)]
     stop_post = re.search(r"--property=ExecStopPost=(.*?)\n\s+- --setenv", text, re.S)
     assert stop_post

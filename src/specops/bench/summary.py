@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ class Outcome:
     picks: dict[str, Pick]
     vars_file: Path | None
     results: dict[str, dict[str, ArmWorkload]]
+    raw: dict[str, Any] = field(default_factory=dict)  # what raw_json holds (results.json)
 
 
 def design_of(plan: dict[str, Any]) -> Design:
@@ -139,7 +140,7 @@ def build(
     )
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(md)
-    return Outcome(report_path, raw_path, images, picks, written, results)
+    return Outcome(report_path, raw_path, images, picks, written, results, raw)
 
 
 

@@ -21,7 +21,7 @@ from specops.tune import mix as mixes
 TASKS_VAR = "llama_server_tune_tasks"
 MIX_VAR = "llama_server_tune_mix"
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a task file the deploy ships to the host (and the tune reads whole)
-TUNE_CTX = 4096  # the tune's servers' context when llama_server_ctx_size is 0 (the model's own): tasks/tune.yml
+TUNE_CTX = 4096  # the tune's servers' context when llama_server_ctx_size is 0 (the model's own): tasks/tune_run.yml
 
 
 def mix_text(shares: Mapping[str, Any] | None) -> str:

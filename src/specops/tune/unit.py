@@ -1,4 +1,5 @@
-"""The tune's transient systemd unit, as the deploy drives it on the host (roles/llama_server/tasks/tune.yml; issue 51).
+"""The tune's transient systemd unit, as the deploy drives it on the host (roles/llama_server/tasks/tune_run.yml;
+issue 51).
 
 The deploy runs ``specops tune`` with ``systemd-run --unit specops-tune`` (a runtime limit of its budget plus grace,
 the whole control group killed when it ends, probe servers included) and watches it from the controller with this

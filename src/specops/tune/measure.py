@@ -1,0 +1,62 @@
+"""The tune's fifth step: the shortlist side by side with the unit's plain decoding, by the bench's library
+(:func:`specops.bench.session.measure`: its paired design, A/A check and identity rule) within what is left of the
+budget; the bench's results come back as a value (its report and results.json are still written to the work dir,
+for whoever reads them)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from specops.bench import session
+from specops.bench.arms import PLAIN_UNIT
+from specops.bench.settings import DEFAULT_DRAFT, BenchSettings, default_model
+from specops.tune import progress
+from specops.tune.state import REPORT_RESERVE_S, Setup
+
+REQUEST_SLACK = 1.5  # a measured request against the plain probe's time per token (slower arms, prompt, slicing)
+
+
+def settings(s: Setup, args: argparse.Namespace, names: list[str], minutes: float,
+             plain_s_per_token: float = 0.0) -> BenchSettings:
+    """The bench run that measures ``names`` within ``minutes``: the unit's plain decoding as the reference, no
+    ceiling (the tune priced it already), a fresh work dir, no inventory variables."""
+    guess = REQUEST_SLACK * args.max_tokens * plain_s_per_token
+    return BenchSettings(
+        target=Path(args.target), llama_prefix=s.prefix, arms=",".join(names), no_ceiling=True,
+        budget=float(f"{minutes:.2f}"), limit_per_workload=args.limit_per_workload,
+        # every task of a workload before a candidate may stop on its figure (output that differs still stops it
+        # at once): a sample that stops when it first looks confident overstates the confidence (the bench's
+        # default, 4, let a team's 12 edits decide on 4)
+        min_tasks=max(4, args.limit_per_workload),
+        max_tokens=args.max_tokens, ctx_size=args.ctx_size, work_dir=s.work / "measure", fresh=True,
+        report=s.work / "measure.md", assets=s.work / "measure-assets", no_vars=True, rule=args.rule,
+        interleave="slices", plain=PLAIN_UNIT,
+        # the first block is checked against the budget too (a 2-core CPU's took 128 s)
+        request_guess=float(f"{guess:.2f}") if plain_s_per_token > 0 else None,
+        # without --draft the bench keeps its own default draft model in its plan (no candidate drafts with it)
+        draft=Path(args.draft) if args.draft else default_model(DEFAULT_DRAFT),
+        workloads=tuple(w.strip() for w in (args.workloads or "").split(",") if w.strip()),
+        tasks=tuple(Path(p) for p in args.tasks or ()), threads=args.threads or None,
+        synth_rates=tuple(args.synth_rates), quiet=bool(args.quiet),
+    )
+
+
+def measure(s: Setup, args: argparse.Namespace, names: list[str],
+            plain_s_per_token: float = 0.0) -> dict[str, Any] | None:
+    """The shortlist side by side with plain decoding: the bench's results (what its results.json holds), or None
+    where nothing was measured (said in ``s.open``); a measurement cut by SIGINT or SIGTERM stops the tune."""
+    # the bench's own report, the measurement at N streams (--parallel > 1) and the result fit inside the budget
+    minutes = (s.left() - REPORT_RESERVE_S - s.n_reserve) / 60
+    if minutes < 0.5:
+        s.open.append(f"{', '.join(names)}: not measured (budget spent before the measurement)")
+        return None
+    opts = settings(s, args, names, minutes, plain_s_per_token)
+    s.meter.update("measure", f"{', '.join(names)} side by side with plain decoding", s.left())
+    out = session.measure(opts, progress.MeasureProgress(s.meter, s.left, quiet=args.quiet))
+    s.meter.leash.measured(out.status)  # the bench's exit 130 (SIGINT, SIGTERM) stops the tune
+    if out.status != 0 or out.results is None:
+        s.open.append(f"the side-by-side measurement ended with exit {out.status}: see {s.work / 'measure'}")
+        return None
+    return out.results

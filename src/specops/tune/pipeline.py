@@ -1,0 +1,101 @@
+"""The tune, top-down (:func:`tune`): from the checked settings to the result, one step per module.
+
+1. :mod:`~specops.tune.prepare`: the build, the models, the candidates, the tasks, the memory fit (the Setup)
+2. :mod:`~specops.tune.price`: llama-bench prices a verification batch and a draft step; the ceiling's pruning
+3. :mod:`~specops.tune.probing`: one short server per kind of candidate, plain decoding before and after
+4. :mod:`~specops.tune.predict`: every candidate predicted, the shortlist
+5. :mod:`~specops.tune.measure`: the shortlist side by side with plain decoding (the bench's library)
+6. :mod:`~specops.tune.choose`: the choice from the paired blocks
+7. :mod:`~specops.tune.at_streams`: at the service's N streams (``--parallel`` N > 1)
+8. :mod:`~specops.tune.result`: the record, and its model for the live check
+
+:func:`watched` runs it beside a live service (:mod:`~specops.tune.quiet`), :func:`reusable` says when an earlier
+record stands instead, :func:`keep` writes the record; all on the leash (:mod:`~specops.tune.leash`).
+``specops tune`` (:mod:`specops.commands.tune`) is the command line around them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from specops.client import LlamaServerClient
+from specops.tune import at_streams, choose, leash, measure, predict, price, probing, quiet, record, result
+from specops.tune.probes import PLAIN_ARM
+from specops.tune.state import Setup
+
+
+def tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
+    """Ceiling, probes, predictions, the side-by-side measurement and the choice: the result (TuneError for what
+    stops it before a choice can be made)."""
+    s.progress.note(f"tune: {len(s.names)} candidates ({', '.join(s.names)}), budget {args.budget:g} min; "
+                    f"work in {s.work}")
+    s.meter.update("ceiling", f"llama-bench prices a verification batch and a draft step ({len(s.names)} "
+                   "candidates)", s.left())
+    costs, ceiling_data = price.ceiling(s, args)
+    s.store.save_json("ceiling.json", ceiling_data)
+    t = s.phase("ceiling", s.started)
+    pruned = price.pruned(s, args, costs)
+    with_draft = args.draft is not None and not pruned
+    found = probing.run_probes(s, with_draft)
+    t = s.phase("probes", t)
+    over, preds = predict.predict(s, costs, found, with_draft, pruned)
+    short = predict.shortlist(s, args, preds)
+    bench = None
+    if short.measured and not args.predict_only:
+        bench = measure.measure(s, args, short.measured, found[PLAIN_ARM].run.seconds_per_token)
+        t = s.phase("measure", t)
+    s.meter.update("choose", "from the paired blocks" if bench is not None else "nothing measured", s.left())
+    measured, choice, per_wl = choose.choose(s, args, bench, short)
+    at_n = None
+    if args.parallel > 1 and measured:
+        at_n, choice = at_streams.at_n(s, args, choice, measured)
+        s.phase("streams", t)
+    out = result.result(s, args, over, preds, short, measured, choice, per_wl, found)
+    out["live_model"] = result.live_model(s, costs, over, choice.chosen, measured, (bench or {}).get("blocks") or ())
+    if args.parallel > 1:
+        result.at_streams(out, args, at_n)
+    return out
+
+
+def watched(s: Setup, args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
+    """The tune, beside the live service of --service-url when given: waits (bounded) for it to be idle and
+    watches it throughout. Returns (result, why unproven: '' when the figures stand)."""
+    if not args.service_url:
+        return tune(s, args), ""
+    with LlamaServerClient(args.service_url, api_key=quiet.read_key(args.api_key_file) or None) as client:
+        s.meter.update("waiting", f"for the service at {args.service_url} to be idle", s.left())
+        idle, waited = quiet.wait_idle(client, args.idle_timeout)
+        if not idle:
+            return None, (f"the service at {args.service_url} stayed busy for {waited:.0f} s "
+                          f"(--idle-timeout {args.idle_timeout:g}): not tuned beside its traffic")
+        with quiet.Watch(client) as watch:
+            out = tune(s, args)
+    if watch.blind_note():
+        s.open.append(watch.blind_note())
+        out["open"] = s.open
+    return out, watch.contended()
+
+
+def reusable(s: Setup, args: argparse.Namespace) -> dict[str, Any] | None:
+    """--reuse: the earlier result, where nothing it depends on moved; else None, what moved said (and kept in
+    ``s.retuned``) and the tune runs."""
+    old = record.previous(args.reuse)
+    if old is None:
+        return None
+    moved = record.changed(old.get("facts") or {}, s.facts)
+    if old["key"] == record.key(s.facts) and not moved:
+        return old
+    s.progress.note(f"tune: the result of {old.get('when', '?')} is stale ({', '.join(moved) or 'its key'} changed): "
+                    "tuning again")
+    s.retuned = moved or ["the key"]
+    return None
+
+
+def keep(s: Setup, args: argparse.Namespace, text: str, unproven: str) -> None:
+    """The result in the work dir's tune.json and, unless unproven, --out: written only while the deploy that
+    started this tune still holds its lock (else :class:`~specops.tune.leash.Stopped`)."""
+    with s.meter.leash.last_look():
+        (s.work / "tune.json").write_text(text)
+        if args.out and not unproven:  # an unproven result never replaces the host's record
+            leash.write_whole(args.out, text)

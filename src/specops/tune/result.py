@@ -1,0 +1,119 @@
+"""The tune's last step: the result (``tune.json``, the host's record): every candidate's prediction and
+measurement, the choice and why, the figures at N streams, what stayed open, the key that decides when a later
+deploy reuses it (:mod:`specops.tune.record`), and the model the exporter prices live traffic with
+(:mod:`specops.tune.live`)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from specops.bench import ceiling as ceil
+from specops.bench.arms import BASELINE, EXACT_CACHE, PLAIN_UNIT, parse_arm, plain_description
+from specops.bench.costmodel import Overheads, StepCosts
+from specops.knobs import knob
+from specops.tune import decide, live, mix, probes, record, streams
+from specops.tune.choose import best_measured
+from specops.tune.predict import Shortlist
+from specops.tune.state import Setup
+
+
+def profile_vars(name: str) -> dict[str, Any]:
+    """The role variables that deploy candidate ``name`` (its speculative settings; plain: spec_type none)."""
+    if name == decide.PLAIN:
+        return {"llama_server_spec_type": "none"}
+    prof = {k: v for k, v in parse_arm(name).profile.items() if k not in EXACT_CACHE}
+    if knob("draft_n_max").for_spec_type(str(prof.get("spec_type"))):
+        # an n-gram type that takes the draft length: llama.cpp's own for it, not the role's draft-model default
+        prof.setdefault("draft_n_max", ceil.arm_n_max(prof))
+    return {f"llama_server_{k}": v for k, v in prof.items()}
+
+
+def verdict(name: str, choice: decide.Choice, dropped: dict[str, str], measured: bool, shortlisted: bool) -> str:
+    """What became of one candidate, for the table."""
+    if name == choice.chosen:
+        return "chosen"
+    if name == choice.runner_up:
+        return "runner-up" + (" (tie)" if name in choice.tie else "")
+    if name in choice.tie:
+        return "tie"
+    if name in dropped:
+        return dropped[name]
+    if measured:
+        return "measured"
+    return "shortlisted, not measured" if shortlisted else "not measured"
+
+
+def _rows(preds: list[decide.Prediction], short: Shortlist, measured: list[decide.Measured],
+          choice: decide.Choice) -> list[dict[str, Any]]:
+    """Every candidate's row: its prediction, its measurement, what became of it, its variables."""
+    by_m = {m.name: m for m in measured}
+    rows = []
+    for p in preds:
+        m = by_m.get(p.name)
+        rows.append({"name": p.name, "predicted": p.predicted, "how": p.how,
+                     "measured": m.speedup.fmt() if m else None,
+                     "measured_interval": m.speedup.to_dict() if m else None,
+                     "identical": m.identical if m else None,
+                     "verdict": verdict(p.name, choice, short.dropped, m is not None, p.name in short.shortlisted),
+                     "vars": profile_vars(p.name)})
+    return rows
+
+
+def result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: list[decide.Prediction],
+           short: Shortlist, measured: list[decide.Measured], choice: decide.Choice, per_wl: dict[str, str],
+           found: dict[str, probes.ProbeResult]) -> dict[str, Any]:
+    """The record at one stream (``open`` is ``s.open`` itself: what is said later still lands in it)."""
+    rows = _rows(preds, short, measured, choice)
+    best = best_measured(measured, args.rule)
+    return {
+        "chosen": choice.chosen, "runner_up": choice.runner_up, "reason": choice.reason,
+        "settled": choice.settled, "tie": list(choice.tie), "paired": choice.paired, "left_out": list(choice.left_out),
+        "reference": plain_description(PLAIN_UNIT),
+        "mix": args.mix, "mix_how": mix.describe(args.mix), "task_source": record.task_source(args.tasks),
+        "interval": "95%, for a new request of the traffic's kind (the tasks' spread and the A/A noise count in full)",
+        "best_measured": {"name": best.name, "measured": best.speedup.fmt(), "speedup": best.speedup.to_dict()}
+        if best else None,
+        "vars": profile_vars(choice.chosen), "per_workload": per_wl, "candidates": rows,
+        "overheads": over.to_dict() if over else None, "probes": {n: r.to_dict() for n, r in found.items()},
+        "open": s.open, "rule": args.rule, "budget_s": args.budget * 60, "phases_s": s.phases,
+        "plain_drift": s.drift,
+        "elapsed_s": round(time.monotonic() - s.started, 1), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "build": {"commit": s.caps.commit, "prefix": str(s.prefix)},
+        "models": {"target": str(args.target), "target_size": Path(args.target).stat().st_size,
+                   "draft": str(args.draft) if args.draft else None,
+                   "draft_size": Path(args.draft).stat().st_size if args.draft else None},
+        "concurrency": "one stream: the figures are for one request at a time (one server slot); the service runs "
+                       f"{args.parallel} slot(s)",
+        "work_dir": str(s.work), "facts": s.facts, "key": record.key(s.facts),
+        "retuned_because": s.retuned,
+    }
+
+
+def live_model(s: Setup, costs: StepCosts, over: Overheads | None, chosen: str, measured: list[decide.Measured],
+               blocks: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """What the exporter needs to price the chosen profile on the live traffic (:mod:`specops.tune.live`): the step
+    costs (the draft model's only where the profile drafts with it), the overheads, and its measured and modelled
+    figures on the same requests (``blocks``: the measurement's); None for plain decoding or where the model cannot
+    speak for it (said in open)."""
+    if chosen == decide.PLAIN or chosen not in {m.name for m in measured} or over is None:
+        return None
+    if parse_arm(chosen).draft is None:
+        costs = StepCosts(costs.target_step_s, costs.target_rel)
+    model, why = live.build(costs, over, blocks, chosen, BASELINE)
+    if model is None:
+        s.open.append(f"{chosen}: {why}")
+        return None
+    return model.to_dict()
+
+
+def at_streams(out: dict[str, Any], args: argparse.Namespace, at_n: streams.AtN | None) -> None:
+    """--parallel N > 1: the figures at N streams (None: not measured) and what the record's figures are for."""
+    out["streams"] = at_n.to_dict() if at_n else None
+    if at_n:
+        out["concurrency"] = (f"{args.parallel} streams: the table's figures are for one request at a time; the "
+                              f"choice was measured again with {at_n.n} streams in flight (streams)"
+                              + ("" if at_n.n == args.parallel else ", the largest N whose servers fit in memory"))
