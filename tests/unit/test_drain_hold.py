@@ -108,6 +108,15 @@ def started(port: int, pieces: int, after: float = 0.0, **kw) -> tuple[threading
     return thread, result
 
 
+def streaming(result: dict, deadline_s: float = 10.0) -> None:
+    """Wait (bounded) until a started stream's first piece came: its connection is accepted and answering (a fixed
+    0.2 s was not always enough on a loaded host, and a hold begun before the stream connected counted otherwise)."""
+    deadline = time.monotonic() + deadline_s
+    while not result.get("pieces") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert result.get("pieces"), result
+
+
 def can_take_sockets(s) -> bool:
     doors = drain.Doors(s.proc.pid, s.pidfd, s.port)
     why = doors.close()
@@ -187,7 +196,7 @@ def test_a_request_begun_after_the_idle_look_is_answered_whole_before_the_signal
     busy, mine = drain.look(standin.url, {})
     assert busy == 0
     gap, first = started(standin.port, 15)            # begun in the gap between the idle look and the hold
-    time.sleep(0.2)
+    streaming(first)
     late, second = started(standin.port, 5, after=0.5, connect_timeout=8)   # during the hold
     args = SimpleNamespace(pause_after_look=0, hold=hold, interval=0.05, grace=5, url=standin.url)
     out: dict = {}
@@ -211,7 +220,7 @@ def test_past_the_bound_the_signal_goes_anyway_and_says_what_was_open(standin, m
         pytest.skip("this process may not take another's sockets (pidfd_getfd)")
     _, mine = drain.look(standin.url, {})
     long, answer = started(standin.port, 200)         # 20 s: longer than the bound
-    time.sleep(0.2)
+    streaming(answer)
     args = SimpleNamespace(pause_after_look=0, hold="filters", interval=0.05, grace=1, url=standin.url)
     out: dict = {}
     t0 = time.monotonic()
@@ -229,7 +238,7 @@ def test_an_interrupted_hold_takes_its_filters_off(standin):
         pytest.skip("this process may not take another's sockets (pidfd_getfd)")
     _, mine = drain.look(standin.url, {})
     flight, answer = started(standin.port, 30)        # keeps the hold waiting
-    time.sleep(0.2)
+    streaming(answer)
     threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGHUP)).start()
     args = SimpleNamespace(pause_after_look=0, hold="filters", interval=0.05, grace=5, url=standin.url)
     with pytest.raises(drain.Interrupted):
