@@ -13,7 +13,6 @@ from specops.fit import MIB, FitError, FitParams, Memory, estimate, measure_memo
 from specops.ggufmeta import GGUFError
 from specops.tune import decide, streams
 from specops.tune.choose import best_measured
-from specops.tune.measure import REQUEST_SLACK
 from specops.tune.state import REPORT_RESERVE_S, Setup
 
 
@@ -54,12 +53,10 @@ def streams_fit(s: Setup, args: argparse.Namespace, name: str, n: int,
     return fit, f"{short}: measured at {fit} streams, the largest N that fits"
 
 
-def at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice, measured: list[decide.Measured],
-         plain_s_per_token: float = 0.0) -> tuple[streams.AtN | None, decide.Choice]:
+def at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice,
+          measured: list[decide.Measured]) -> tuple[streams.AtN | None, decide.Choice]:
     """The service runs N slots: the one-stream choice (or, plain decoding chosen, the best measured that may win)
-    against plain decoding, both with N streams in flight, and the choice for N (:mod:`specops.tune.streams`).
-    ``plain_s_per_token`` (the plain probe's, one stream) guesses a request's time at N streams, which the plan
-    leaves after each phase: N streams share the host, each up to N times slower (a 2-core CPU: 2.0x at N = 2)."""
+    against plain decoding, both with N streams in flight, and the choice for N (:mod:`specops.tune.streams`)."""
     n = args.parallel
     best = best_measured(measured, args.rule)
     name = choice.chosen if choice.chosen != decide.PLAIN else (best.name if best else None)
@@ -73,9 +70,8 @@ def at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice, measured: li
             return None, choice
         n = fit_n
     workloads = tuple(w for w in args.workloads.split(",") if w.strip())
-    request_s = REQUEST_SLACK * args.max_tokens * plain_s_per_token * n
     plan = streams.plan_for(n, s.left() - REPORT_RESERVE_S - streams.START_S, args.max_tokens,
-                            tuple(str(p) for p in args.tasks or ()), workloads, request_s)
+                            tuple(str(p) for p in args.tasks or ()), workloads)
     if plan is None:
         s.open.append(f"{name}: not measured at {n} streams (the budget was spent): the choice is for one stream")
         return None, choice

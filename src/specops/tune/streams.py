@@ -80,16 +80,13 @@ def fitting_n(n: int, need: Callable[[int], int], room: int) -> int:
 
 
 def plan_for(n: int, seconds: float, max_tokens: int, task_files: tuple[str, ...],
-             workloads: tuple[str, ...], request_s: float = 0.0) -> SaturationPlan | None:
+             workloads: tuple[str, ...]) -> SaturationPlan | None:
     """The saturation plan that fits ``seconds`` of load (both arms): BLOCKS blocks of phases between MIN_PHASE_S
-    and MAX_PHASE_S, fewer blocks where the time is short; None where not even two blocks fit. A phase runs on until
-    the requests in flight at its end are answered: ``request_s`` (one request's guessed time at N streams) is
-    counted after each phase (on the 2-core demo host at 2 streams, phases planned at 34 s ran 45-48 s, and the tune
-    ran 32 s past its budget)."""
-    phase = min(MAX_PHASE_S, seconds / (2 * BLOCKS) - request_s)
+    and MAX_PHASE_S, fewer blocks where the time is short; None where not even two blocks fit."""
+    phase = min(MAX_PHASE_S, seconds / (2 * BLOCKS))
     if phase < MIN_PHASE_S:
         phase = MIN_PHASE_S
-    blocks = int(seconds // (2 * (phase + request_s)))
+    blocks = int(seconds // (2 * phase))
     if blocks < 2:
         return None
     return SaturationPlan(levels=(n,), duration=blocks * 2 * phase, phase=phase, faults=(), max_tokens=max_tokens,
