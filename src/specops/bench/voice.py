@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
-def _stderr_line(text: str) -> None:
+def stderr_line(text: str) -> None:
+    """One of the bench's one-line errors, as ``specops bench`` prints it."""
     print(f"specops bench: {text}", file=sys.stderr, flush=True)
 
 
@@ -18,7 +19,7 @@ class Say:
     (``err``, ``specops bench: ...`` on stderr). The command's by default; ``specops tune`` keeps them too."""
 
     out: Callable[[str], None] = print
-    err: Callable[[str], None] = _stderr_line
+    err: Callable[[str], None] = stderr_line
 
 
 class Stop(Exception):

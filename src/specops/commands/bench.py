@@ -13,7 +13,6 @@ line: the options, ``--report-only`` and ``--apply``, the exit status.
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from specops.bench.runner import BenchError, Progress, parse_rates
 from specops.bench.settings import DEFAULT_DRAFT, DEFAULT_TARGET, BenchSettings, default_model
 from specops.bench.store import StoreError
 from specops.bench.tasks import STANDARD_SET
+from specops.bench.voice import stderr_line
 from specops.knobs import spell
 
 NAME = "bench"
@@ -190,10 +190,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _recommendation_args(p)
 
 
-def _err(msg: str) -> None:
-    print(f"specops bench: {msg}", file=sys.stderr, flush=True)
-
-
 def settings(args: argparse.Namespace) -> BenchSettings:
     """The command line as the library's settings (every option of the same name; --report-only and --apply are
     the command's own)."""
@@ -206,13 +202,13 @@ def _apply(args: argparse.Namespace, out: session.BenchOutcome) -> int:
     if not args.apply:
         return 0
     if out.report is None or not out.report.vars_file:
-        _err("not applying: the run recommends nothing (invalid A/A check) or --no-vars was given")
+        stderr_line("not applying: the run recommends nothing (invalid A/A check) or --no-vars was given")
         return 1
     try:
         extra = [x for kv in args.deploy_var for x in ("-e", kv)]
         return apply(out.report.vars_file, args.playbook, args.inventory or [Path("inventory/hosts.yml")], extra)
     except ApplyError as exc:
-        _err(str(exc))
+        stderr_line(str(exc))
         return 2
 
 
@@ -224,7 +220,7 @@ def run(args: argparse.Namespace, progress: Progress | None = None) -> int:
         try:
             return _apply(args, session.report(opts))
         except (FileNotFoundError, StoreError) as exc:
-            _err(str(exc))
+            stderr_line(str(exc))
             return 2
     out = session.measure(opts, progress)
     if out.status or out.report is None:  # an error (said), or --list-arms
