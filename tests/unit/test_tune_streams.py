@@ -36,6 +36,25 @@ def test_the_plan_fits_the_time_left() -> None:
     assert streams.reserve_s(1200) == pytest.approx(360)  # a 20-minute tune keeps 30% of it
 
 
+def test_the_plan_and_the_reserve_count_each_phase_tail() -> None:
+    """A phase runs on until its requests in flight are answered: the demo host's N = 2 tune (96 tokens, plain
+    0.102 s/token) planned phases of 34 s that ran 45-48 s, 32 s past its budget. The tail is planned for, and the
+    reserve kept for N streams holds the two blocks the plan then asks for, whatever the one-stream overrun."""
+    tail = streams.request_s(2, 96, 0.102)
+    assert tail == pytest.approx(19.584)
+    assert streams.request_s(2, 96, 0.0) == 0.0  # time per token unknown: no tail
+    plan = streams.plan_for(2, 339.0, 96, (), (), tail_s=tail)
+    assert plan is not None and plan.blocks * 2 * (plan.phase + tail) <= 339.0  # the issue 52 run's 339 s, tails in
+    reserve = streams.reserve_s(600, tail)  # budget 10 min
+    assert reserve == pytest.approx(2 * 2 * (streams.MIN_PHASE_S + tail) + streams.START_S + streams.OVERRUN_S)
+    # at N: the reserve, less the one-stream overrun at its worst, plus the report's share the measurement left
+    worst = reserve - streams.OVERRUN_S - streams.START_S
+    short = streams.plan_for(2, worst, 96, (), (), tail_s=tail)
+    assert short is not None and short.blocks == 2 and short.phase == streams.MIN_PHASE_S
+    assert streams.plan_for(2, worst - 1, 96, (), (), tail_s=tail) is None
+    assert streams.reserve_s(960, tail) == pytest.approx(288)  # budget 16: 30% of it, above the floor
+
+
 def at(estimate: float, low: float | None, high: float | None) -> streams.AtN:
     return streams.AtN(2, "exact-ngram-mod", Interval(estimate, low, high, 4), blocks=4)
 

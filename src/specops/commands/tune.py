@@ -46,8 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="n-gram types to consider: auto (every type the build lists), a comma list, or '' (none)")
     p.add_argument("--no-default", action="store_true",
                    help="leave out llama.cpp's own default speculative config (spec_type default)")
-    p.add_argument("--budget", type=float, default=6.0, metavar="MINUTES",
-                   help="the whole tune's time; what is still open when it runs out is reported (default 6)")
+    p.add_argument("--budget", type=float, default=15.0, metavar="MINUTES",
+                   help="the whole tune's time at most (it ends once its tasks are measured); what is still open "
+                        "when it runs out is reported, with the tasks that would settle it (default 15)")
     p.add_argument("--top", type=int, default=None,
                    help="candidates measured against plain decoding (default: 3 on a GPU build, 2 on a CPU build, "
                         "where every candidate's request costs seconds in every block)")

@@ -71,7 +71,8 @@ def at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice,
         n = fit_n
     workloads = tuple(w for w in args.workloads.split(",") if w.strip())
     plan = streams.plan_for(n, s.left() - REPORT_RESERVE_S - streams.START_S, args.max_tokens,
-                            tuple(str(p) for p in args.tasks or ()), workloads)
+                            tuple(str(p) for p in args.tasks or ()), workloads,
+                            tail_s=streams.request_s(n, args.max_tokens, s.plain_s_per_token))
     if plan is None:
         s.open.append(f"{name}: not measured at {n} streams (the budget was spent): the choice is for one stream")
         return None, choice

@@ -6,6 +6,7 @@ decoding; per workload, what each would prefer."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from specops.bench.arms import BASELINE
@@ -38,11 +39,45 @@ def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, short
         choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, mix=args.mix)
     except mix.MixError as exc:
         raise TuneError(f"{exc}; nothing was chosen") from None
-    per_wl = {}
-    for wl in blocks.workloads:
-        c = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, workload=wl)
-        per_wl[wl] = c.short()
-    return measured, choice, per_wl
+    per_wl: dict[str, str] = {}
+    open_lines: list[str] = []
+    for wl in [None, *blocks.workloads]:
+        c = choice if wl is None else blocks.decide(shortlisted, BASELINE, need, args.margin, identical, workload=wl)
+        if wl is not None:
+            per_wl[wl] = c.short()
+        if not (wl is None and args.mix):  # a mix's interval is the delta method's: no spread per task to project
+            open_lines += settle_note(blocks, results, c, args.margin, wl)
+    return measured, dataclasses.replace(choice, settle=tuple(open_lines)), per_wl
+
+
+def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choice, margin: float,
+                workload: str | None) -> list[str]:
+    """For an undecided figure (overall, or one workload's): how many tasks would settle it if its estimate and the
+    tasks' spread held (:func:`specops.tune.decide.tasks_to_settle`), the minutes at this host's time a block, and
+    what to set where the task set holds fewer."""
+    if c.settled or c.chosen != decide.PLAIN or not c.runner_up:
+        return []
+    fig = blocks.interval(c.runner_up, BASELINE, workload)
+    if fig is None or not fig.has_ci:
+        return []
+    counts = (results.get("plan") or {}).get("workload_counts") or {}
+    have = int(sum(counts.values()) if workload is None else counts.get(workload, 0))
+    outcome = results.get("outcome") or {}
+    per_block = float(outcome.get("elapsed_s") or 0) / max(1, int(outcome.get("blocks") or 0))
+    where = f"{workload}" if workload else "overall"
+    head = f"{where}: {c.runner_up} {fig.fmt()} on {fig.n} tasks is undecided"
+    k = decide.tasks_to_settle(fig, margin)
+    if k is None:
+        return [f"{head}; no number of tasks would settle it at this estimate (it sits at plain decoding or at the "
+                f"{margin:.0%} margin)"]
+    line = f"{head}; about {k} tasks would settle it if its estimate and spread hold"
+    if per_block > 0:
+        more = max(0, k - fig.n) * per_block / 60
+        line += f" (~{more:.0f} more minutes of measuring at {per_block:.0f} s a block here)"
+    if have and k > have:
+        line += (f"; the task set holds {have}: more with --limit-per-workload / llama_server_tune_limit_per_workload, "
+                 "or the traffic's own tasks (--tasks / llama_server_tune_tasks)")
+    return [line]
 
 
 def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None,
@@ -65,6 +100,7 @@ def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None,
                                "with more time settles it", {}, settled=False, left_out=choice.left_out)
     elif not choice.settled:
         s.open.append(choice.reason)
+    s.open.extend(choice.settle)
     return measured, choice, per_wl
 
 

@@ -28,7 +28,7 @@ from specops.bench.costmodel import (
     predicted_speedup,
     survival,
 )
-from specops.bench.stats import Interval
+from specops.bench.stats import Interval, t975
 
 PLAIN = "plain"
 DRAFT_LENGTHS = (2, 4, 8, 12, 16)
@@ -139,6 +139,21 @@ class Measured:
     identical: bool | None = None  # output identical to plain decoding's on every request (None: not judged)
 
 
+def tasks_to_settle(iv: Interval, margin: float, most: int = 500) -> int | None:
+    """The tasks an undecided figure like ``iv`` would need to settle if its estimate and the tasks' spread held as
+    measured: its 95% half-width on the log scale, t(n-1)·s/√n, below the distance to 1 (confidently faster) or to
+    1 + ``margin`` (confidently unable to gain it), whichever comes first. None: no interval (fewer than two tasks),
+    or not within ``most`` tasks (an estimate at 1, or at 1 + margin, settles at no size)."""
+    if not iv.has_ci or iv.n < 2 or iv.estimate <= 0:
+        return None
+    assert iv.low is not None and iv.high is not None
+    s = (math.log(iv.high) - math.log(iv.low)) / 2 * math.sqrt(iv.n) / t975(iv.n - 1)  # the per-task spread
+    gap = max(math.log(iv.estimate), math.log(1 + margin) - math.log(iv.estimate))
+    if gap <= 0:
+        return None
+    return next((n for n in range(max(2, iv.n), most + 1) if t975(n - 1) * s / math.sqrt(n) < gap), None)
+
+
 @dataclass(frozen=True)
 class Choice:
     chosen: str  # a candidate's name, or "plain"
@@ -149,6 +164,7 @@ class Choice:
     settled: bool = True  # False: undecided (plain decoding served, the figures could not settle it)
     paired: str | None = None  # the chosen ÷ the runner-up, paired in the same blocks
     left_out: tuple[str, ...] = ()  # measured but out of the decision, one line each
+    settle: tuple[str, ...] = ()  # for what stayed undecided (overall, per workload): the tasks that would settle it
 
     def short(self) -> str:
         """One line: the choice and its figure (a tie named), or plain / undecided with the best candidate's."""
@@ -163,7 +179,7 @@ class Choice:
     def to_dict(self) -> dict[str, Any]:
         return {"chosen": self.chosen, "runner_up": self.runner_up, "reason": self.reason,
                 "figures": dict(self.figures), "tie": list(self.tie), "settled": self.settled,
-                "paired": self.paired, "left_out": list(self.left_out)}
+                "paired": self.paired, "left_out": list(self.left_out), "settle": list(self.settle)}
 
 
 def cost(name: str) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from typing import Any
 from specops.bench import session
 from specops.bench.arms import PLAIN_UNIT
 from specops.bench.settings import DEFAULT_DRAFT, BenchSettings, default_model
-from specops.tune import progress
+from specops.tune import progress, streams
 from specops.tune.state import REPORT_RESERVE_S, Setup
 
 REQUEST_SLACK = 1.5  # a measured request against the plain probe's time per token (slower arms, prompt, slicing)
@@ -47,7 +47,12 @@ def measure(s: Setup, args: argparse.Namespace, names: list[str],
             plain_s_per_token: float = 0.0) -> dict[str, Any] | None:
     """The shortlist side by side with plain decoding: the bench's results (what its results.json holds), or None
     where nothing was measured (said in ``s.open``); a measurement cut by SIGINT or SIGTERM stops the tune."""
-    # the bench's own report, the measurement at N streams (--parallel > 1) and the result fit inside the budget
+    # the bench's own report, the measurement at N streams (--parallel > 1) and the result fit inside the budget;
+    # the reserve at N counts each phase's tail, from the plain probe's time per token (at_streams plans with it)
+    s.plain_s_per_token = plain_s_per_token
+    if args.parallel > 1 and not args.predict_only:
+        s.n_reserve = streams.reserve_s(args.budget * 60,
+                                        streams.request_s(args.parallel, args.max_tokens, plain_s_per_token))
     minutes = (s.left() - REPORT_RESERVE_S - s.n_reserve) / 60
     if minutes < 0.5:
         s.open.append(f"{', '.join(names)}: not measured (budget spent before the measurement)")

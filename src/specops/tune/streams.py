@@ -41,11 +41,21 @@ OVERRUN_S = 60.0  # the one-stream measurement may end this much after its share
 SHARE = 0.3  # of the tune's budget, kept for the measurement at N streams
 
 
-def reserve_s(budget_s: float) -> float:
+def request_s(n: int, max_tokens: int, s_per_token: float) -> float:
+    """A request's decode time at N streams, from the plain probe's time per token at one stream (N requests
+    batched cost about N times one on a CPU; an upper bound where a batch is cheaper): a phase runs on until the
+    requests in flight when it ends are answered, so each phase lasts up to this much past its plan (the N = 2
+    tune on the 2-core demo host, 96 tokens: phases planned at 34 s ran 45–48 s; a plain request there took ~23 s).
+    0 where the time per token is unknown."""
+    return max(0.0, n * max_tokens * s_per_token)
+
+
+def reserve_s(budget_s: float, tail_s: float = 0.0) -> float:
     """Seconds of the tune's budget kept for the measurement at N streams: SHARE of it, at least two blocks of the
-    shortest phases, the servers' start and the one-stream measurement's overrun (without it, a lab tune under load
-    had 40 s left at N, less than two blocks, and measured nothing there)."""
-    return max(SHARE * budget_s, 4 * MIN_PHASE_S + START_S + OVERRUN_S)
+    shortest phases each with a request's tail (:func:`request_s`), the servers' start and the one-stream
+    measurement's overrun (without it, a lab tune under load had 40 s left at N, less than two blocks, and measured
+    nothing there). The same ``tail_s`` goes to :func:`plan_for`, so the plan finds the two blocks this keeps."""
+    return max(SHARE * budget_s, 2 * 2 * (MIN_PHASE_S + tail_s) + START_S + OVERRUN_S)
 
 
 @dataclass(frozen=True)
@@ -80,13 +90,13 @@ def fitting_n(n: int, need: Callable[[int], int], room: int) -> int:
 
 
 def plan_for(n: int, seconds: float, max_tokens: int, task_files: tuple[str, ...],
-             workloads: tuple[str, ...]) -> SaturationPlan | None:
-    """The saturation plan that fits ``seconds`` of load (both arms): BLOCKS blocks of phases between MIN_PHASE_S
-    and MAX_PHASE_S, fewer blocks where the time is short; None where not even two blocks fit."""
-    phase = min(MAX_PHASE_S, seconds / (2 * BLOCKS))
-    if phase < MIN_PHASE_S:
-        phase = MIN_PHASE_S
-    blocks = int(seconds // (2 * phase))
+             workloads: tuple[str, ...], tail_s: float = 0.0) -> SaturationPlan | None:
+    """The saturation plan whose phases, each with its tail (``tail_s``: :func:`request_s`), fit ``seconds`` (both
+    arms): BLOCKS blocks of phases between MIN_PHASE_S and MAX_PHASE_S, fewer blocks where the time is short, more
+    where the longest phases leave room; None where not even two blocks fit."""
+    tail = max(0.0, tail_s)
+    phase = min(MAX_PHASE_S, max(MIN_PHASE_S, seconds / (2 * BLOCKS) - tail))
+    blocks = math.floor(seconds / (2 * (phase + tail)) + 1e-9)  # the reserve's exact two blocks stay two
     if blocks < 2:
         return None
     return SaturationPlan(levels=(n,), duration=blocks * 2 * phase, phase=phase, faults=(), max_tokens=max_tokens,
