@@ -68,12 +68,11 @@ def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choi
     head = f"{where}: {c.runner_up} {fig.fmt()} on {fig.n} tasks is undecided"
     k = decide.tasks_to_settle(fig, margin)
     if k is None:
-        return [f"{head}; no number of tasks would settle it at this estimate (it sits at plain decoding or at the "
-                f"{margin:.0%} margin)"]
+        return [f"{head}; at its spread, not even 500 tasks would settle it"]
     line = f"{head}; about {k} tasks would settle it if its estimate and spread hold"
     if per_block > 0:
         more = max(0, k - fig.n) * per_block / 60
-        line += f" (~{more:.0f} more minutes of measuring at {per_block:.0f} s a block here)"
+        line += f" (~{more:.0f} min more of measuring at {per_block:.0f} s a block here)"
     if have and k > have:
         line += (f"; the task set holds {have}: more with --limit-per-workload / llama_server_tune_limit_per_workload, "
                  "or the traffic's own tasks (--tasks / llama_server_tune_tasks)")

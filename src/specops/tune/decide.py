@@ -142,8 +142,8 @@ class Measured:
 def tasks_to_settle(iv: Interval, margin: float, most: int = 500) -> int | None:
     """The tasks an undecided figure like ``iv`` would need to settle if its estimate and the tasks' spread held as
     measured: its 95% half-width on the log scale, t(n-1)·s/√n, below the distance to 1 (confidently faster) or to
-    1 + ``margin`` (confidently unable to gain it), whichever comes first. None: no interval (fewer than two tasks),
-    or not within ``most`` tasks (an estimate at 1, or at 1 + margin, settles at no size)."""
+    1 + ``margin`` (confidently unable to gain it), whichever comes first (at least half of log(1 + margin) away:
+    every estimate settles at some size). None: no interval (fewer than two tasks), or not within ``most`` tasks."""
     if not iv.has_ci or iv.n < 2 or iv.estimate <= 0:
         return None
     assert iv.low is not None and iv.high is not None
