@@ -89,7 +89,7 @@ def test_the_tune_takes_the_results_the_library_returns(tmp_path: Path, monkeypa
     tune_command.add_arguments(p)
     args = p.parse_args(["--target", "t.gguf"])
     leash = SimpleNamespace(measured=lambda rc: None)
-    s = SimpleNamespace(prefix=tmp_path, work=tmp_path / "work", open=[], n_reserve=0.0, left=lambda: 600.0,
+    s = SimpleNamespace(prefix=tmp_path, work=tmp_path / "work", open=[], left=lambda: 600.0,
                         meter=SimpleNamespace(update=lambda *a: None, leash=leash))
     out = measure.measure(s, args, ["exact-ngram-mod"])  # type: ignore[arg-type]
     assert out == {"summary": {}, "blocks": [], "outcome": {"ended": "done"}} and not (tmp_path / "work").exists()

@@ -53,10 +53,12 @@ def streams_fit(s: Setup, args: argparse.Namespace, name: str, n: int,
     return fit, f"{short}: measured at {fit} streams, the largest N that fits"
 
 
-def at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice,
-          measured: list[decide.Measured]) -> tuple[streams.AtN | None, decide.Choice]:
+def at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice, measured: list[decide.Measured],
+         plain_s_per_token: float = 0.0) -> tuple[streams.AtN | None, decide.Choice]:
     """The service runs N slots: the one-stream choice (or, plain decoding chosen, the best measured that may win)
-    against plain decoding, both with N streams in flight, and the choice for N (:mod:`specops.tune.streams`)."""
+    against plain decoding, both with N streams in flight, and the choice for N (:mod:`specops.tune.streams`).
+    ``plain_s_per_token`` (the plain probe's, one stream) gives each phase's tail (:func:`streams.request_s`), as it
+    gave the reserve the one-stream measurement left for this."""
     n = args.parallel
     best = best_measured(measured, args.rule)
     name = choice.chosen if choice.chosen != decide.PLAIN else (best.name if best else None)
@@ -72,7 +74,7 @@ def at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice,
     workloads = tuple(w for w in args.workloads.split(",") if w.strip())
     plan = streams.plan_for(n, s.left() - REPORT_RESERVE_S - streams.START_S, args.max_tokens,
                             tuple(str(p) for p in args.tasks or ()), workloads,
-                            tail_s=streams.request_s(n, args.max_tokens, s.plain_s_per_token))
+                            tail_s=streams.request_s(n, args.max_tokens, plain_s_per_token))
     if plan is None:
         s.open.append(f"{name}: not measured at {n} streams (the budget was spent): the choice is for one stream")
         return None, choice

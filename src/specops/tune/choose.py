@@ -39,14 +39,13 @@ def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, short
         choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, mix=args.mix)
     except mix.MixError as exc:
         raise TuneError(f"{exc}; nothing was chosen") from None
+    # a mix's interval is the delta method's: no spread per task to project for the whole figure
+    open_lines = [] if args.mix else settle_note(blocks, results, choice, args.margin, None)
     per_wl: dict[str, str] = {}
-    open_lines: list[str] = []
-    for wl in [None, *blocks.workloads]:
-        c = choice if wl is None else blocks.decide(shortlisted, BASELINE, need, args.margin, identical, workload=wl)
-        if wl is not None:
-            per_wl[wl] = c.short()
-        if not (wl is None and args.mix):  # a mix's interval is the delta method's: no spread per task to project
-            open_lines += settle_note(blocks, results, c, args.margin, wl)
+    for wl in blocks.workloads:
+        c = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, workload=wl)
+        per_wl[wl] = c.short()
+        open_lines += settle_note(blocks, results, c, args.margin, wl)
     return measured, dataclasses.replace(choice, settle=tuple(open_lines)), per_wl
 
 
@@ -64,8 +63,7 @@ def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choi
     have = int(sum(counts.values()) if workload is None else counts.get(workload, 0))
     outcome = results.get("outcome") or {}
     per_block = float(outcome.get("elapsed_s") or 0) / max(1, int(outcome.get("blocks") or 0))
-    where = f"{workload}" if workload else "overall"
-    head = f"{where}: {c.runner_up} {fig.fmt()} on {fig.n} tasks is undecided"
+    head = f"{workload or 'overall'}: {c.runner_up} {fig.fmt()} on {fig.n} tasks is undecided"
     k = decide.tasks_to_settle(fig, margin)
     if k is None:
         return [f"{head}; at its spread, not even 500 tasks would settle it"]

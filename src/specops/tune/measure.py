@@ -49,11 +49,10 @@ def measure(s: Setup, args: argparse.Namespace, names: list[str],
     where nothing was measured (said in ``s.open``); a measurement cut by SIGINT or SIGTERM stops the tune."""
     # the bench's own report, the measurement at N streams (--parallel > 1) and the result fit inside the budget;
     # the reserve at N counts each phase's tail, from the plain probe's time per token (at_streams plans with it)
-    s.plain_s_per_token = plain_s_per_token
-    if args.parallel > 1 and not args.predict_only:
-        s.n_reserve = streams.reserve_s(args.budget * 60,
-                                        streams.request_s(args.parallel, args.max_tokens, plain_s_per_token))
-    minutes = (s.left() - REPORT_RESERVE_S - s.n_reserve) / 60
+    n_reserve = (streams.reserve_s(args.budget * 60, streams.request_s(args.parallel, args.max_tokens,
+                                                                       plain_s_per_token))
+                 if args.parallel > 1 and not args.predict_only else 0.0)
+    minutes = (s.left() - REPORT_RESERVE_S - n_reserve) / 60
     if minutes < 0.5:
         s.open.append(f"{', '.join(names)}: not measured (budget spent before the measurement)")
         return None

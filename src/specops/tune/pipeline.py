@@ -49,7 +49,7 @@ def tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     measured, choice, per_wl = choose.choose(s, args, bench, short)
     at_n = None
     if args.parallel > 1 and measured:
-        at_n, choice = at_streams.at_n(s, args, choice, measured)
+        at_n, choice = at_streams.at_n(s, args, choice, measured, found[PLAIN_ARM].run.seconds_per_token)
         s.phase("streams", t)
     out = result.result(s, args, over, preds, short, measured, choice, per_wl, found)
     out["live_model"] = result.live_model(s, costs, over, choice.chosen, measured, (bench or {}).get("blocks") or ())

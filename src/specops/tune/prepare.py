@@ -16,7 +16,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import build_backend, cache_dir, llama_prefix
-from specops.tune import mix, probes, record, streams
+from specops.tune import mix, probes, record
 from specops.tune.state import Setup, TuneError
 
 
@@ -117,5 +117,4 @@ def prepare(args: argparse.Namespace) -> Setup:
               now + args.probe_share * args.budget * 60)
     s.top = args.top or (3 if cfg.gpu else 2)
     s.ngram_probes = args.ngram_probes == "yes" or (args.ngram_probes == "auto" and cfg.gpu)
-    s.n_reserve = streams.reserve_s(args.budget * 60) if args.parallel > 1 and not args.predict_only else 0.0
     return s

@@ -43,8 +43,6 @@ class Setup:
     meter: progress.ProgressFile = field(default_factory=progress.ProgressFile)  # --progress-file
     top: int = 3  # candidates measured (--top, else per build: 3 on a GPU, 2 on a CPU)
     ngram_probes: bool = True  # each n-gram type probed before the measurement (--ngram-probes)
-    n_reserve: float = 0.0  # seconds kept for the measurement at the service's N streams (--parallel > 1)
-    plain_s_per_token: float = 0.0  # the plain probe's decode time per token (0: unknown), for the tails at N
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
