@@ -63,7 +63,8 @@ def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choi
     have = int(sum(counts.values()) if workload is None else counts.get(workload, 0))
     outcome = results.get("outcome") or {}
     per_block = float(outcome.get("elapsed_s") or 0) / max(1, int(outcome.get("blocks") or 0))
-    head = f"{workload or 'overall'}: {c.runner_up} {fig.fmt()} on {fig.n} tasks is undecided"
+    head = (f"{workload or 'overall'}: {c.runner_up} {fig.fmt()} against the unit's plain decoding on {fig.n} tasks "
+            "is undecided")
     k = decide.tasks_to_settle(fig, margin)
     if k is None:
         return [f"{head}; at its spread, not even 500 tasks would settle it"]
