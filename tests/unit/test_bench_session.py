@@ -35,10 +35,12 @@ def test_the_command_lines_defaults_are_the_librarys():
 
 def _old_argv(s: SimpleNamespace, args: argparse.Namespace, chosen: list[str], minutes: float,
               plain_s_per_token: float) -> list[str]:
-    """What specops tune spelled for specops bench before the library (commands/tune.py's _measure, 2f82a79)."""
+    """What specops tune spelled for specops bench before the library (commands/tune.py's _measure, 2f82a79), with
+    the futility-only stopping it measures with since (``--min-tasks 3 --stop-on 'slower,no gain'``; it was
+    ``--min-tasks max(4, --limit-per-workload)``, every stop)."""
     argv = ["--target", str(args.target), "--llama-prefix", str(s.prefix), "--arms", ",".join(chosen),
             "--no-ceiling", "--budget", f"{minutes:.2f}", "--limit-per-workload", str(args.limit_per_workload),
-            "--min-tasks", str(max(4, args.limit_per_workload)),
+            "--min-tasks", "3", "--stop-on", "slower,no gain",
             "--max-tokens", str(args.max_tokens), "--ctx-size", str(args.ctx_size), "--work-dir",
             str(s.work / "measure"), "--fresh", "--report", str(s.work / "measure.md"), "--assets",
             str(s.work / "measure-assets"), "--no-vars", "--rule", args.rule, "--interleave", "slices",

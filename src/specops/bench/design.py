@@ -13,12 +13,14 @@ the tasks are the sample, so the interval speaks for the workload, not only for 
 **Stopping.** Per arm and workload, once ``min_tasks`` tasks are in, the arm stops running that workload
 as soon as its interval settles the question the recommendation asks: wholly below 1.0 (*slower*), wholly
 below 1 + ``half_width`` (no gain worth deploying), wholly above 1.0 (*faster*), or a relative half-width of
-at most ``half_width`` (*precise*). With ``identity_stop`` (rule *identical*), an arm whose answer differs
-from its reference's in any block stops there (*output differs*): that rule can never pick it for the
-workload, so more measurement cannot change the recommendation. When the workload's tasks are used up it
-ends *exhausted*; a budget
-that runs out ends the rest *budget*. Stopping is decided after every block; the report states that the
-intervals are per-look 95% intervals.
+at most ``half_width`` (*precise*). ``stop_on`` names which of those may stop an arm early (all four by
+default); :data:`FUTILITY` (*slower*, *no gain*) stops only an arm that cannot pay on the workload, so a stop
+can only leave plain decoding served there, while a gain runs until the workload's tasks are used up: a sample
+that stops the moment it first looks confidently faster overstates that confidence (``specops tune``). With
+``identity_stop`` (rule *identical*), an arm whose answer differs from its reference's in any block stops there
+(*output differs*): that rule can never pick it for the workload, so more measurement cannot change the
+recommendation. When the workload's tasks are used up it ends *exhausted*; a budget that runs out ends the rest
+*budget*. Stopping is decided after every block; the report states that the intervals are per-look 95% intervals.
 
 **Conclusions** (what the report and the recommendation read): *slower* (interval below 1), *faster*
 (interval above 1), *no gain* (interval below 1 + ``half_width``, or around 1.0 within it), or
@@ -36,8 +38,11 @@ from specops.bench.arms import AA, BASELINE
 from specops.bench.stats import Interval, geomean_ratio_ci, t975
 
 SLOWER, FASTER, NO_GAIN, INCONCLUSIVE = "slower", "faster", "no gain", "inconclusive"
+PRECISE = "precise"  # a stop, not a conclusion: the interval is narrow enough, whichever side of 1 it lies
 DIFFERS = "output differs"  # under rule 'identical': disqualified whatever its speed
 CONFIDENT = (SLOWER, FASTER, NO_GAIN, DIFFERS)
+STOPS = (SLOWER, FASTER, NO_GAIN, PRECISE)  # what may stop an arm early, in the order they are tested
+FUTILITY = frozenset({SLOWER, NO_GAIN})  # the stops that can only leave plain decoding served on the workload
 
 
 def rel_half_width(iv: Interval) -> float:
@@ -76,7 +81,7 @@ class Block:
 class Status:
     """Where one arm stands on one workload."""
 
-    stopped: str | None = None  # None while running; slower | precise | exhausted | budget | failed: …
+    stopped: str | None = None  # None while running; slower | faster | no gain | precise | exhausted | budget | …
     done: dict[int, int] = field(default_factory=dict)  # rep -> tasks done in that rep
 
 
@@ -86,7 +91,9 @@ class Design:
     ``tasks``: ``{workload: [task ids in run order]}``. ``arms``: the speculative arms (not the baselines).
     ``min_tasks = None`` never stops an arm early (the exhaustive reference run). ``references``:
     ``{arm: [arms whose output it is the identity reference for]}``; such an arm runs exactly as long
-    as one of those does.
+    as one of those does. ``stop_on``: the stops of :data:`STOPS` that may end an arm's workload before its
+    tasks are used up (default all; :data:`FUTILITY` for a choice that must not stop on a gain that first looks
+    confident); *output differs* (``identity_stop``) is not one of them and always stops.
     """
 
     def __init__(
@@ -102,9 +109,13 @@ class Design:
         fpc: bool = True,
         aa_precision: float | None = 0.025,
         identity_stop: bool = False,
+        stop_on: Iterable[str] = STOPS,
     ) -> None:
         if reps < 1:
             raise ValueError("reps must be >= 1")
+        self.stop_on = frozenset(stop_on)
+        if not self.stop_on <= set(STOPS):
+            raise ValueError(f"stop_on: {', '.join(sorted(self.stop_on - set(STOPS)))} not among {', '.join(STOPS)}")
         self.arms = list(arms)
         self.tasks = {w: list(ts) for w, ts in tasks.items() if ts}
         self.workloads = list(self.tasks)
@@ -301,18 +312,21 @@ class Design:
             iv = self.interval(arm, wl)
             if iv is None or not iv.has_ci:
                 continue
-            if iv.significantly_below(1.0):
-                self.status[arm][wl].stopped = "slower"
-            elif iv.significantly_above(1.0):
-                self.status[arm][wl].stopped = "faster"
-            elif iv.significantly_below(1.0 + self.half_width):
-                self.status[arm][wl].stopped = "no gain"
-            elif rel_half_width(iv) <= self.half_width:
-                self.status[arm][wl].stopped = "precise"
+            self.status[arm][wl].stopped = self.early_stop(iv)
         for ref, dependents in self.references.items():
             st = self.status[ref][wl]
             if st.stopped is None and all(self.status[d][wl].stopped is not None for d in dependents):
                 st.stopped = "reference no longer needed"
+
+    def early_stop(self, iv: Interval) -> str | None:
+        """The first stop of :data:`STOPS` the interval settles that ``stop_on`` allows (None: keep running).
+
+        Tested in the bench's order, so with every stop allowed nothing changes; with :data:`FUTILITY` an interval
+        above 1 but wholly below 1 + ``half_width`` stops as *no gain* (it cannot pay what deploying it costs)."""
+        settles = {SLOWER: iv.significantly_below(1.0), FASTER: iv.significantly_above(1.0),
+                   NO_GAIN: iv.significantly_below(1.0 + self.half_width),
+                   PRECISE: rel_half_width(iv) <= self.half_width}
+        return next((s for s in STOPS if s in self.stop_on and settles[s]), None)
 
     def order(self, wl: str, rep: int) -> list[str]:
         """The workload's tasks in this repetition's order (shuffled, reproducible from the seed)."""

@@ -22,7 +22,7 @@ def design_def(opts: BenchSettings, by_wl: dict[str, list[str]], lineup: Lineup)
         "arms": lineup.spec_arms, "tasks": by_wl, "min_tasks": None if opts.exhaustive else opts.min_tasks,
         "half_width": opts.half_width, "references": lineup.refs, "exhaustive": opts.exhaustive,
         "run_anyway": lineup.run_anyway, "fpc": opts.fixed_set, "aa_precision": opts.aa_precision,
-        "identity_stop": opts.rule == "identical" and not opts.exhaustive,
+        "identity_stop": opts.rule == "identical" and not opts.exhaustive, "stop_on": list(opts.stop_on),
     }
 
 
@@ -31,7 +31,7 @@ def design(opts: BenchSettings, inputs: Inputs, lineup: Lineup, by_wl: dict[str,
     """The paired, sequential design the recorded ``dz`` describes."""
     return Design(lineup.spec_arms, by_wl, reps=inputs.reps, min_tasks=dz["min_tasks"], half_width=opts.half_width,
                   seed=opts.seed, references=lineup.refs, aa_precision=opts.aa_precision, fpc=dz["fpc"],
-                  identity_stop=dz["identity_stop"])
+                  identity_stop=dz["identity_stop"], stop_on=dz["stop_on"])
 
 
 def plan(opts: BenchSettings, inputs: Inputs, lineup: Lineup, dz: dict[str, Any], counts: dict[str, int],

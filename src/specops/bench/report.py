@@ -495,9 +495,7 @@ def _md_method(d: _Doc) -> list[str]:
       "be a loss on a task of your own. For your own traffic, run the bench with your own tasks (`--tasks`). The "
       "whole mix weighs every workload the same.")
     w(f"- **Sequential stopping**: after ≥ {dz.get('min_tasks')} tasks of a workload, an arm stops running it as "
-      f"soon as its interval settles the question: wholly below 1.0 (slower), wholly above 1.0 (faster), wholly "
-      f"below {1 + float(dz.get('half_width', 0.05)):.2f} (no gain worth deploying), or a half-width within "
-      f"±{float(dz.get('half_width', 0.05)):.0%} (precise); workloads take turns; the A/A check stops once it has "
+      f"soon as its interval settles the question: {_stops(dz)}; workloads take turns; the A/A check stops once it has "
       f"{dz.get('min_tasks')} blocks in a workload and its pooled interval is within ±"
       f"{float(dz.get('aa_precision') or 0):.1%}; "
       + ("under rule 'identical' an arm whose answer differs from its reference's in any block stops on that "
@@ -510,6 +508,21 @@ def _md_method(d: _Doc) -> list[str]:
       "accepted/drafted tokens and mean acceptance length = 1 + accepted/drafts, from the `/metrics` counters read "
       "after every request.\n")
     return L
+
+
+def _stops(dz: Mapping[str, Any]) -> str:
+    """The stops the design allowed (``stop_on``; a plan recorded before it: all), and what runs on regardless."""
+    hw = float(dz.get("half_width", 0.05))
+    text = {"slower": "wholly below 1.0 (slower)", "faster": "wholly above 1.0 (faster)",
+            "no gain": f"wholly below {1 + hw:.2f} (no gain worth deploying)",
+            "precise": f"a half-width within ±{hw:.0%} (precise)"}
+    allowed = [s for s in text if s in dz.get("stop_on", list(text))]
+    said = ", or ".join(filter(None, (", ".join(text[s] for s in allowed[:-1]), *(text[s] for s in allowed[-1:]))))
+    said = said or "none (no interval stops an arm early)"
+    kept = [s for s in text if s not in allowed]
+    return said + (f"; an arm that is {' or '.join(kept)} keeps running until the workload's tasks are used up (a "
+                   "sample that stops when it first looks settled overstates its confidence)" if kept and allowed
+                   else "")
 
 
 def _md_arms(d: _Doc) -> list[str]:

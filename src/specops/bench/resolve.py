@@ -9,6 +9,7 @@ from typing import Any
 
 from specops.bench import arms as armsmod
 from specops.bench.arms import Arm
+from specops.bench.design import STOPS
 from specops.bench.quantize import QuantizeError, derive
 from specops.bench.runner import BenchConfig, Progress
 from specops.bench.settings import BenchSettings
@@ -39,6 +40,9 @@ class Inputs:
 def _check_numbers(opts: BenchSettings, reps: int, budget_min: float | None) -> None:
     if reps < 1 or opts.max_tokens < 1 or opts.min_tasks < 2 or not 0 < opts.half_width < 1:
         raise Stop(2, "--reps and --max-tokens must be >= 1, --min-tasks >= 2, --half-width within (0, 1)")
+    unknown = [s for s in opts.stop_on if s not in STOPS]
+    if unknown:
+        raise Stop(2, f"--stop-on: {', '.join(unknown)} is not a stop (they are: {', '.join(STOPS)})")
     if budget_min is not None and budget_min <= 0:
         raise Stop(2, "--budget must be a positive number of minutes")
     if not 0.05 <= opts.slice <= 10 or opts.recycle < 0:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from specops.bench import arms as armsmod
 from specops.bench import ceiling as ceil
+from specops.bench.design import STOPS
 from specops.bench.inventory import DEFAULT_VARS_FILE
 from specops.fetch import catalog
 from specops.paths import cache_dir
@@ -54,6 +55,7 @@ class BenchSettings:
     fixed_set: bool = False
     request_guess: float | None = None  # seconds per request, for the budget's check of the first block
     min_tasks: int = 4
+    stop_on: tuple[str, ...] = STOPS  # the stops that may end an arm's workload early (specops tune: futility)
     half_width: float = 0.05
     aa_precision: float = 0.025
     exhaustive: bool = False

@@ -11,7 +11,7 @@ from typing import Any
 from specops.bench import report
 from specops.bench.analysis import ALL, ArmWorkload, analyse, replay_design
 from specops.bench.arms import BASELINE
-from specops.bench.design import Design
+from specops.bench.design import STOPS, Design
 from specops.bench.inventory import header_for, inventory_vars, latest_saturation, write_vars
 from specops.bench.recommend import Gate, Pick, recommend
 from specops.bench.store import ResultStore
@@ -34,7 +34,7 @@ def design_of(plan: dict[str, Any]) -> Design:
     return Design(dz["arms"], dz["tasks"], reps=plan["reps"], min_tasks=dz["min_tasks"],
                   half_width=dz["half_width"], seed=plan["seed"], references=dz.get("references"),
                   fpc=dz.get("fpc", False), aa_precision=dz.get("aa_precision"),
-                  identity_stop=dz.get("identity_stop", False))
+                  identity_stop=dz.get("identity_stop", False), stop_on=dz.get("stop_on", STOPS))
 
 
 def load_results(store: ResultStore) -> tuple[dict[str, Any], Design, dict[str, dict[str, ArmWorkload]]]:

@@ -107,6 +107,10 @@ def _method_args(p: argparse.ArgumentParser) -> None:
                    help="how long one request is expected to take, for --budget's check of the first block (by "
                         "default the first block always runs); specops tune passes its probes' figure")
     g.add_argument("--min-tasks", type=int, default=D.min_tasks, help="tasks of a workload before an arm may stop")
+    g.add_argument("--stop-on", type=_strs, default=D.stop_on, metavar="STOPS",
+                   help="which settled intervals may stop an arm before its workload's tasks are used up (comma list "
+                   f"of {', '.join(D.stop_on)}; default all); 'slower,no gain' stops only an arm that cannot pay "
+                   "there, a gain runs every task (specops tune's choice)")
     g.add_argument("--half-width", type=float, default=D.half_width,
                    help="an arm stops when its interval is within ±this of its estimate, or wholly below 1 + this "
                    "(no gain worth deploying); also when wholly above or below 1.0 (default 0.05)")

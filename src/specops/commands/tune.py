@@ -68,8 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workloads", default="", help="only these workloads (comma list)")
     p.add_argument("--mix", metavar="WORKLOAD=SHARE,...",
                    help="each workload's share of the traffic (e.g. code=0.5,edit=0.3,prose=0.2,tool_calls=0): the "
-                        "choice is made on the mix's speedup weighted by time; default: every measured task weighs "
-                        "the same (equal shares where each workload has as many tasks)")
+                        "choice is made on the mix's speedup weighted by time; default: the task set's own shares "
+                        "(every measured task the same where the measurement left a workload under 2 tasks)")
     p.add_argument("--limit-per-workload", type=int, default=3,
                    help="tasks per workload in the side-by-side measurement (default 3)")
     p.add_argument("--max-tokens", type=int, default=96, help="tokens per measured request (default 96)")

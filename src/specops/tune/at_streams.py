@@ -85,6 +85,7 @@ def at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice, measured: li
         return at, dataclasses.replace(choice, reason=f"{choice.reason}; at {n} streams: {why}")
     if stands:
         return at, decide.Choice(name, None, f"chosen for {n} streams: {why} (at one stream: {choice.reason})",
-                                 choice.figures, left_out=choice.left_out)
+                                 choice.figures, left_out=choice.left_out, weighed=choice.weighed)
     return at, decide.Choice(decide.PLAIN, name, f"plain decoding for {n} streams: {why} (at one stream: "
-                             f"{choice.reason})", choice.figures, settled=settled, left_out=choice.left_out)
+                             f"{choice.reason})", choice.figures, settled=settled, left_out=choice.left_out,
+                             weighed=choice.weighed)

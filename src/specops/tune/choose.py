@@ -1,7 +1,14 @@
 """The tune's sixth step: the choice, from the measurement's paired blocks (:mod:`specops.tune.evidence`): every
 measured candidate against the unit's plain decoding with intervals for a new request, the fastest that is
 confidently faster (and identical in output under the identity rule) chosen from the shortlist, else plain
-decoding; per workload, what each would prefer."""
+decoding; per workload, what each would prefer.
+
+The whole figure weighs the workloads by ``--mix`` when given. Without one, over two workloads or more, by **the task
+set's own shares** (:func:`shares`): the measurement stops a candidate on a workload where it cannot pay after 3
+tasks and runs the others to the end, so pooling every task alike would weigh a workload by how long it was
+measured. Where the budget cut a candidate's workload below two tasks the shares cannot give it an interval: every
+measured task weighs the same, as before, and the record says so.
+"""
 
 from __future__ import annotations
 
@@ -34,19 +41,47 @@ def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, short
         return [], decide.choose([], need), {}
     blocks = evidence.Blocks(results["blocks"])
     identical = identity(results, names)
-    try:  # over the mix, weighted by time, when --mix was given
-        measured, _ = blocks.measured(names, BASELINE, identical, mix=args.mix)
-        choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, mix=args.mix)
+    weights, how = (args.mix, mix.describe(args.mix)) if args.mix else shares(blocks, results, names, identical, need)
+    try:  # over the mix (--mix, or the task set's shares), weighted by time
+        measured, _ = blocks.measured(names, BASELINE, identical, mix=weights)
+        choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, mix=weights)
     except mix.MixError as exc:
         raise TuneError(f"{exc}; nothing was chosen") from None
     # a mix's interval is the delta method's: no spread per task to project for the whole figure
-    open_lines = [] if args.mix else settle_note(blocks, results, choice, args.margin, None)
+    open_lines = [] if weights else settle_note(blocks, results, choice, args.margin, None)
     per_wl: dict[str, str] = {}
     for wl in blocks.workloads:
         c = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, workload=wl)
         per_wl[wl] = c.short()
         open_lines += settle_note(blocks, results, c, args.margin, wl)
-    return measured, dataclasses.replace(choice, settle=tuple(open_lines)), per_wl
+    return measured, dataclasses.replace(choice, settle=tuple(open_lines), weighed=how), per_wl
+
+
+def shares(blocks: evidence.Blocks, results: dict[str, Any], names: list[str], identical: dict[str, bool | None],
+           need_identical: bool) -> tuple[dict[str, float] | None, str]:
+    """Without --mix: the task set's workload shares (``plan.workload_counts``) and how the record says the whole
+    figure was formed; None (every measured task weighs the same) for one workload, or where a candidate that can
+    still be chosen has fewer than two tasks of a workload (the budget cut it: the shares would give it no interval,
+    or leave it out of the decision).
+
+    Early stopping leaves the workloads with unequal task counts, by design: pooled, each would weigh by how long
+    it was measured, i.e. by how undecided it was, not by how much of the set it is."""
+    counts = {w: int(n) for w, n in ((results.get("plan") or {}).get("workload_counts") or {}).items() if int(n) > 0}
+    pooled = mix.describe(None)
+    if len(counts) < 2 or len(blocks.workloads) < 2:
+        return None, pooled
+    listed = ", ".join(f"{w} {n}" for w, n in counts.items())
+    for name in names:
+        have = {w: len(ts) for w, ts in blocks.relative_times(name, BASELINE).items()}
+        if not have or (need_identical and not identical.get(name)):
+            continue  # never paired with plain decoding, or out under the identity rule: it cannot be chosen
+        short = [f"{w} ({have.get(w, 0)})" for w in counts if have.get(w, 0) < 2]
+        if short:
+            return None, (f"{pooled}; not the task set's shares ({listed}): {name} has fewer than 2 tasks in "
+                          f"{', '.join(short)}, the measurement ended before it had them")
+    return ({w: n / sum(counts.values()) for w, n in counts.items()},
+            f"no mix given: each workload weighs by its share of the task set ({listed}), weighted by time: "
+            "1 / Σ share ÷ the workload's harmonic mean ratio (a workload measured longer weighs no more)")
 
 
 def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choice, margin: float,

@@ -165,6 +165,7 @@ class Choice:
     paired: str | None = None  # the chosen ÷ the runner-up, paired in the same blocks
     left_out: tuple[str, ...] = ()  # measured but out of the decision, one line each
     settle: tuple[str, ...] = ()  # for what stayed undecided (overall, per workload): the tasks that would settle it
+    weighed: str = ""  # how the whole figure weighs the workloads, for the record ('' : as --mix says)
 
     def short(self) -> str:
         """One line: the choice and its figure (a tie named), or plain / undecided with the best candidate's."""
@@ -179,7 +180,8 @@ class Choice:
     def to_dict(self) -> dict[str, Any]:
         return {"chosen": self.chosen, "runner_up": self.runner_up, "reason": self.reason,
                 "figures": dict(self.figures), "tie": list(self.tie), "settled": self.settled,
-                "paired": self.paired, "left_out": list(self.left_out), "settle": list(self.settle)}
+                "paired": self.paired, "left_out": list(self.left_out), "settle": list(self.settle),
+                "weighed": self.weighed}
 
 
 def cost(name: str) -> tuple[int, int]:

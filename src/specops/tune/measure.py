@@ -1,7 +1,12 @@
 """The tune's fifth step: the shortlist side by side with the unit's plain decoding, by the bench's library
 (:func:`specops.bench.session.measure`: its paired design, A/A check and identity rule) within what is left of the
 budget; the bench's results come back as a value (its report and results.json are still written to the work dir,
-for whoever reads them)."""
+for whoever reads them).
+
+The design stops for futility only (:data:`specops.bench.design.FUTILITY`): a candidate that cannot pay on a
+workload stops there after 3 tasks and the blocks go to the workloads still open, while a gain is measured on every
+task of its workload. Workloads then end with unequal task counts; the choice weighs them by the task set's shares
+(:mod:`specops.tune.choose`), not by how many of their tasks ran."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from typing import Any
 
 from specops.bench import session
 from specops.bench.arms import PLAIN_UNIT
+from specops.bench.design import NO_GAIN, SLOWER
 from specops.bench.settings import DEFAULT_DRAFT, BenchSettings, default_model
 from specops.tune import progress, streams
 from specops.tune.state import REPORT_RESERVE_S, Setup
@@ -26,10 +32,13 @@ def settings(s: Setup, args: argparse.Namespace, names: list[str], minutes: floa
     return BenchSettings(
         target=Path(args.target), llama_prefix=s.prefix, arms=",".join(names), no_ceiling=True,
         budget=float(f"{minutes:.2f}"), limit_per_workload=args.limit_per_workload,
-        # every task of a workload before a candidate may stop on its figure (output that differs still stops it
-        # at once): a sample that stops when it first looks confident overstates the confidence (the bench's
-        # default, 4, let a team's 12 edits decide on 4)
-        min_tasks=max(4, args.limit_per_workload),
+        # futility only: after 3 tasks of a workload a candidate stops there when it is slower or cannot gain the
+        # bench's half-width (safe: such a stop can only leave plain decoding served on it), so the rest of the
+        # budget goes to the workloads still open; a gain that looks confident keeps running every task of its
+        # workload (a sample that stops when it first looks confidently faster overstates the confidence: the
+        # bench's default, 4 tasks and every stop, let a team's 12 edits decide on 4). Output that differs still
+        # stops it at once.
+        min_tasks=3, stop_on=(SLOWER, NO_GAIN),  # design.FUTILITY, in the order the bench tests them
         max_tokens=args.max_tokens, ctx_size=args.ctx_size, work_dir=s.work / "measure", fresh=True,
         report=s.work / "measure.md", assets=s.work / "measure-assets", no_vars=True, rule=args.rule,
         interleave="slices", plain=PLAIN_UNIT,

@@ -113,14 +113,16 @@ def arithmetic(means: Mapping[str, float], shares: Mapping[str, float]) -> str:
 
 def label(shares: Mapping[str, float] | None) -> str:
     """The mix in a few words, for the exporter's info series and the morning report: ``edit 70%, prose 30%``, or
-    ``each task the same`` without one."""
+    ``no mix given`` without one (the record's ``mix_how`` says how the tune weighed the workloads then: the task
+    set's shares, or each task the same where the measurement was cut short)."""
     if not shares:
-        return "each task the same"
+        return "no mix given"
     return ", ".join(f"{k} {s:.0%}" for k, s in normalised(shares).items())
 
 
 def describe(shares: Mapping[str, float] | None) -> str:
-    """How the whole-mix figure was formed, for the record."""
+    """How the whole-mix figure was formed, for the record (without a mix: the pooled figure's words; the tune's
+    default, the task set's shares, says its own, :func:`specops.tune.choose.shares`)."""
     if not shares:
         return ("no mix given: every measured task weighs the same (the geometric mean of the per-task ratios; equal "
                 "shares per workload where each has as many tasks)")

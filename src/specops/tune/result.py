@@ -73,7 +73,8 @@ def result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: li
         "chosen": choice.chosen, "runner_up": choice.runner_up, "reason": choice.reason,
         "settled": choice.settled, "tie": list(choice.tie), "paired": choice.paired, "left_out": list(choice.left_out),
         "reference": plain_description(PLAIN_UNIT),
-        "mix": args.mix, "mix_how": mix.describe(args.mix), "task_source": record.task_source(args.tasks),
+        "mix": args.mix, "mix_how": choice.weighed or mix.describe(args.mix),
+        "task_source": record.task_source(args.tasks),
         "interval": "95%, for a new request of the traffic's kind (the tasks' spread and the A/A noise count in full)",
         "best_measured": {"name": best.name, "measured": best.speedup.fmt(), "speedup": best.speedup.to_dict()}
         if best else None,
