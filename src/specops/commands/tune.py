@@ -50,8 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the whole tune's time at most (it ends once its tasks are measured); what is still open "
                         "when it runs out is reported, with the tasks that would settle it (default 15)")
     p.add_argument("--top", type=int, default=None,
-                   help="candidates measured against plain decoding (default: 3 on a GPU build, 2 on a CPU build, "
-                        "where every candidate's request costs seconds in every block)")
+                   help="candidates measured against plain decoding besides llama.cpp's own default (default: 3 "
+                        "on a GPU build; 1 on a CPU build, where every candidate's request costs seconds in every "
+                        "block: the engine's default alone when nothing is predicted to pay, the others stay open)")
     p.add_argument("--ngram-probes", choices=("auto", "yes", "no"), default="auto",
                    help="probe each n-gram type before the measurement (auto: on a GPU build only; on a CPU build a "
                         "probe costs a server start and ~30 s, and its one-prompt prediction was 14-21%% off: the "
@@ -70,8 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="each workload's share of the traffic (e.g. code=0.5,edit=0.3,prose=0.2,tool_calls=0): the "
                         "choice is made on the mix's speedup weighted by time; default: the task set's own shares "
                         "(every measured task the same where the measurement left a workload under 2 tasks)")
-    p.add_argument("--limit-per-workload", type=int, default=3,
-                   help="tasks per workload in the side-by-side measurement (default 3)")
+    p.add_argument("--limit-per-workload", type=int, default=6,
+                   help="tasks per workload in the side-by-side measurement, at most (default 6: every task of the "
+                        "standard set; the budget may end it sooner, and a candidate that cannot pay on a workload "
+                        "stops there after 3)")
     p.add_argument("--max-tokens", type=int, default=96, help="tokens per measured request (default 96)")
     p.add_argument("--threads", type=int, help="server threads (default: llama.cpp's)")
     p.add_argument("--ctx-size", type=int, default=4096)

@@ -115,6 +115,6 @@ def prepare(args: argparse.Namespace) -> Setup:
     s = Setup(prefix, caps, cfg, ResultStore(work), work, draft_lengths, names, probe_tasks,
               now + args.budget * 60, now, Progress(quiet=args.quiet), record.facts(prefix, backend, args),
               now + args.probe_share * args.budget * 60)
-    s.top = args.top or (3 if cfg.gpu else 2)
+    s.top = args.top or (3 if cfg.gpu else 1)
     s.ngram_probes = args.ngram_probes == "yes" or (args.ngram_probes == "auto" and cfg.gpu)
     return s
