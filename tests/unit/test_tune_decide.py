@@ -77,6 +77,17 @@ def test_choose_needs_a_confident_gain_and_identical_output():
     assert choose([]).reason.endswith("nothing measured")
 
 
+def test_a_gain_confidently_under_the_margin_is_not_worth_deploying():
+    """Faster than plain decoding but wholly below 1 + margin: plain decoding, settled (the bench's "no gain");
+    an interval reaching past 1 + margin is still chosen, and so is one that lies wholly above it."""
+    small = choose([_m("ngram-mod", 1.03, 1.01, 1.045)])
+    assert (small.chosen, small.runner_up, small.settled) == (PLAIN, "ngram-mod", True), small
+    assert small.reason.startswith("nothing pays: the best candidate cannot gain 5%"), small.reason
+    assert choose([_m("ngram-mod", 1.03, 1.01, 1.045)], margin=0.02).chosen == "ngram-mod"
+    assert choose([_m("ngram-mod", 1.04, 1.005, 1.07)]).chosen == "ngram-mod"
+    assert choose([_m("draft-n8", 1.30, 1.20, 1.40)]).chosen == "draft-n8"
+
+
 def test_shortlist_keeps_unpredicted_candidates_only_if_room_is_left():
     preds = [Prediction("a", 1.5, ""), Prediction("b", 1.2, ""), Prediction("c", 1.01, ""),
              Prediction("d", None, "no probe"), Prediction("e", 1.3, "")]

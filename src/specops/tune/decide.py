@@ -221,7 +221,10 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     The best is the fastest usable candidate (an interval, identical output under the identity rule). Its **tie** is
     every usable candidate whose interval overlaps the best's, and plain decoding when the best is not confidently
     faster than plain decoding. Plain decoding in the tie: plain decoding is served, *settled* when the best cannot
-    gain ``margin`` (its interval lies below 1 + margin) and *undecided* otherwise. Else the cheapest tie member
+    gain ``margin`` (its interval lies below 1 + margin) and *undecided* otherwise. A best confidently faster than
+    plain decoding but confidently below 1 + ``margin`` is not worth deploying either (the bench's *no gain*, the
+    tune's futility stop): plain decoding, settled; two runs of the same tune otherwise chose a 1.03x [1.01, 1.05]
+    in one and plain decoding for a 1.00x [0.96, 1.05] in the next, both saying "under 5%". Else the cheapest tie member
     (:func:`cost`) that is itself confidently faster than plain decoding is chosen. ``paired(a, b)``: a ÷ b in the same
     blocks, for the record (the chosen against the runner-up). ``left_out``: what could not be compared at all
     (never in a block with plain decoding), one line each, kept in the record."""
@@ -237,8 +240,9 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     tie.sort(key=lambda m: (cost(m.name), -m.speedup.estimate))
     names = tuple(m.name for m in tie)
     span = f"{min(float(m.speedup.low or 0) for m in tie):.2f}–{max(float(m.speedup.high or 0) for m in tie):.2f}×"
-    if not best.speedup.significantly_above(1.0):
-        settled = best.speedup.significantly_below(1.0 + margin)
+    small = best.speedup.significantly_below(1.0 + margin)  # confidently under what deploying it is worth
+    if not best.speedup.significantly_above(1.0) or small:
+        settled = small
         others = [m for m in usable if m is not best]
         runner = max(others, key=lambda m: m.speedup.estimate).name if others else None
         word = ("nothing pays: the best candidate cannot gain " + f"{margin:.0%}" if settled

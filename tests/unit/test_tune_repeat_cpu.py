@@ -1,0 +1,71 @@
+"""The CPU tune as the demo host runs it by default (issue 50 item 6): llama.cpp's default n-gram type alone against
+the unit's plain decoding, up to every task of the standard set, stopping a workload for futility after 3 tasks,
+the whole figure weighed by the set's shares. Two runs of README command 1 in a row (their blocks in
+tests/fixtures/cpu-tune-blocks) go through the decision code: each settles what its data settle, says what stays
+open with the tasks that would settle it, and the two never give two confident, different answers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specops.tune import choose, decide
+
+pytestmark = pytest.mark.fast
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "cpu-tune-blocks"
+RUNS = ["demo-one-candidate-20261128a.jsonl", "demo-one-candidate-20261128b.jsonl"]
+MOD = "exact-ngram-mod"
+SET = {"code": 6, "edit": 6, "prose": 6, "tool_calls": 6}  # the standard set's tasks per workload
+
+
+def results(name: str) -> dict[str, Any]:
+    rows = [json.loads(line) for line in (FIXTURES / name).read_text().splitlines()]
+    # both runs' identity judgement (their results.json): ngram-mod's output matched plain decoding in every block
+    summary = {MOD: {"all": {"identical": len(rows), "compared": len(rows)}}}
+    return {"blocks": rows, "plan": {"workload_counts": SET}, "summary": summary,
+            "outcome": {"blocks": len(rows), "elapsed_s": rows[-1]["elapsed_s"]}}
+
+
+def decided(name: str) -> tuple[list[decide.Measured], decide.Choice, dict[str, str]]:
+    args = argparse.Namespace(rule="identical", margin=0.05, mix=None)
+    return choose._from_blocks(args, results(name), [MOD], [MOD])
+
+
+def test_the_first_run_settles_the_whole_set_and_three_workloads_and_says_what_the_edits_need() -> None:
+    """18 blocks in 565 s: code stopped after 5 tasks, prose after 3, tool calls after 4 (each wholly below 1 + 5%:
+    tool calls at 1.03x [1.01, 1.05], faster but not by what deploying is worth), the 6 edits all ran (ngram-mod
+    1.13x [0.96, 1.32], its edits 0.99-1.39x). By the set's shares the whole figure is 1.04x [1.00, 1.07], above
+    plain decoding and reaching past 1.05: ngram-mod is chosen, settled; only the edits stay open, and the set holds
+    no seventh edit to settle them with."""
+    rows = results(RUNS[0])["blocks"]
+    assert {w: sum(r["workload"] == w for r in rows) for w in SET} == {"code": 5, "edit": 6, "prose": 3,
+                                                                        "tool_calls": 4}
+    measured, choice, per_wl = decided(RUNS[0])
+    assert choice.chosen == MOD and choice.settled, choice
+    (fig,) = [m.speedup for m in measured if m.name == MOD]
+    assert fig.low is not None and fig.low > 1.0 and 1.02 < fig.estimate < 1.06, fig
+    assert choice.weighed.startswith("no mix given: each workload weighs by its share of the task set")
+    assert per_wl["code"].startswith("plain") and per_wl["prose"].startswith("plain")
+    assert per_wl["tool_calls"].startswith("plain") and per_wl["edit"].startswith("undecided")
+    (edit,) = choice.settle
+    assert edit.startswith("edit: ") and "on 6 tasks is undecided" in edit and "the task set holds 6" in edit, edit
+
+
+def test_two_runs_in_a_row_never_give_two_confident_different_answers() -> None:
+    """The whole figure and every workload's: where both runs settled, they chose the same; where one did not, its
+    figure's interval holds the other's estimate (they measure the same thing)."""
+    (ma, a, wa), (mb, b, wb) = decided(RUNS[0]), decided(RUNS[1])
+    if a.settled and b.settled:
+        assert a.chosen == b.chosen, (a, b)
+    (fa,), (fb,) = [m.speedup for m in ma], [m.speedup for m in mb]
+    assert fa.has_ci and fb.has_ci, (fa, fb)
+    assert fa.low <= fb.estimate <= fa.high or fb.low <= fa.estimate <= fb.high, (fa, fb)  # type: ignore[operator]
+    for wl in SET:
+        one, two = wa[wl], wb[wl]
+        if not one.startswith("undecided") and not two.startswith("undecided"):
+            assert one.split()[0] == two.split()[0], (wl, one, two)
