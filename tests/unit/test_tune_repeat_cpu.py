@@ -49,7 +49,7 @@ def test_the_first_run_settles_the_whole_set_and_three_workloads_and_says_what_t
     assert choice.chosen == MOD and choice.settled, choice
     (fig,) = [m.speedup for m in measured if m.name == MOD]
     assert fig.low is not None and fig.low > 1.0 and 1.02 < fig.estimate < 1.06, fig
-    assert choice.weighed.startswith("no mix given: each workload weighs by its share of the task set")
+    assert choice.weighed.startswith("no mix given: each workload of the standard set weighs the same")
     assert per_wl["code"].startswith("plain") and per_wl["prose"].startswith("plain")
     assert per_wl["tool_calls"].startswith("plain") and per_wl["edit"].startswith("undecided")
     (edit,) = choice.settle

@@ -69,7 +69,7 @@ def test_a_cpu_tune_on_the_standard_set_says_what_would_settle_what_stayed_open(
     results = cpu_results()
     _, choice, per_wl = choose._from_blocks(args, results, CANDIDATES, CANDIDATES)
     assert not choice.settled and choice.chosen == decide.PLAIN and choice.runner_up == "exact-ngram-mod"
-    assert choice.weighed.startswith("no mix given: each workload weighs by its share of the task set")
+    assert choice.weighed.startswith("no mix given: each workload of the standard set weighs the same")
     assert {w for w, text in per_wl.items() if text.startswith("undecided")} == {"edit"}
     assert [line.split(":")[0] for line in choice.settle] == ["edit"]
     (edit,) = choice.settle

@@ -42,9 +42,9 @@ def cut(keep: dict[str, int], drop: dict[str, list[str]] | None = None) -> dict[
     return results
 
 
-def decided(results: dict[str, Any], rule: str = "identical",
-            shares: dict[str, float] | None = None) -> tuple[list[decide.Measured], decide.Choice]:
-    args = argparse.Namespace(rule=rule, margin=0.05, mix=shares)
+def decided(results: dict[str, Any], rule: str = "identical", shares: dict[str, float] | None = None,
+            tasks: list[str] | None = None) -> tuple[list[decide.Measured], decide.Choice]:
+    args = argparse.Namespace(rule=rule, margin=0.05, mix=shares, tasks=tasks)
     measured, choice, _ = choose._from_blocks(args, results, CANDIDATES, CANDIDATES)
     return measured, choice
 
@@ -66,9 +66,9 @@ def test_unequal_counts_weigh_each_workload_by_its_share_of_the_task_set() -> No
     assert pooled.high - fig.high > 0.03  # type: ignore[operator]  # the pooled one leans on the 5 edits
     assert choice.chosen == decide.PLAIN and not choice.settled and choice.runner_up == MOD
     assert "0.25/1.14 edit" in choice.reason  # the mix's arithmetic, each workload a quarter
-    assert choice.weighed == ("no mix given: each workload weighs by its share of the task set (code 6, edit 6, prose "
-                              "6, tool_calls 6), weighted by time: 1 / Σ share ÷ the workload's harmonic mean ratio (a "
-                              "workload measured longer weighs no more)")
+    assert choice.weighed == ("no mix given: each workload of the standard set weighs the same (tasks code 6, edit 6, "
+                              "prose 6, tool_calls 6), weighted by time: 1 / Σ share ÷ the workload's harmonic mean "
+                              "ratio (a workload measured longer weighs no more)")
     # the delta method's interval has no per-task spread to project: no overall line, the open workload's stays
     assert [line.split(":")[0] for line in choice.settle] == ["edit"]
 
@@ -92,7 +92,7 @@ def test_a_candidate_out_under_the_identity_rule_does_not_force_the_fallback() -
     """ngram-simple's output differed (out under rule identical): one code task of it leaves the shares in place;
     under rule fastest it could still be chosen, and the pooled figure stands."""
     results = cut({}, drop={"code": ["exact-ngram-simple"]})
-    assert decided(results)[1].weighed.startswith("no mix given: each workload weighs by its share")
+    assert decided(results)[1].weighed.startswith("no mix given: each workload of the standard set weighs the same")
     fastest = decided(results, rule="fastest")[1].weighed
     assert "exact-ngram-simple has fewer than 2 tasks in code (1)" in fastest
 
@@ -104,3 +104,25 @@ def test_a_given_mix_and_a_single_workload_are_as_before() -> None:
     results["plan"]["workload_counts"] = {"edit": 6}
     results["blocks"] = [b for b in results["blocks"] if b["workload"] == "edit"]
     assert decided(results)[1].weighed == mix.describe(None)
+
+
+def test_the_standard_set_weighs_its_workloads_the_same_and_a_teams_file_by_its_counts() -> None:
+    """The standard set's files hold 6 to 15 tasks a workload (code 6): measured up to 12, its counts are an accident
+    of the files, so each workload weighs a quarter. A team's own file weighs by its counts (its traffic's shares, as
+    `specops tasks --from-requests` wrote them), unless a mix is given."""
+    results = cut({"code": 3, "prose": 3, "tool_calls": 3})
+    results["plan"]["workload_counts"] = {"code": 6, "edit": 12, "prose": 12, "tool_calls": 12}
+    blocks = evidence.Blocks(results["blocks"])
+    measured, choice = decided(results)
+    fig = {m.name: m.speedup for m in measured}[MOD]
+    equal = blocks.mix_interval(MOD, BASELINE, EQUAL)
+    assert equal is not None and fig.estimate == pytest.approx(equal.estimate)
+    assert choice.weighed.startswith("no mix given: each workload of the standard set weighs the same (tasks code 6, "
+                                     "edit 12"), choice.weighed
+    measured, choice = decided(results, tasks=["team.jsonl"])
+    fig = {m.name: m.speedup for m in measured}[MOD]
+    counts = blocks.mix_interval(MOD, BASELINE, {"code": 6 / 42, "edit": 12 / 42, "prose": 12 / 42,
+                                                 "tool_calls": 12 / 42})
+    assert counts is not None and fig.estimate == pytest.approx(counts.estimate)
+    assert fig.estimate != pytest.approx(equal.estimate)  # the edits' gain weighs 2/7 instead of 1/4
+    assert choice.weighed.startswith("no mix given: each workload weighs by its share of the task set (code 6, edit 12")

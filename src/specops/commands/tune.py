@@ -71,10 +71,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="each workload's share of the traffic (e.g. code=0.5,edit=0.3,prose=0.2,tool_calls=0): the "
                         "choice is made on the mix's speedup weighted by time; default: the task set's own shares "
                         "(every measured task the same where the measurement left a workload under 2 tasks)")
-    p.add_argument("--limit-per-workload", type=int, default=6,
-                   help="tasks per workload in the side-by-side measurement, at most (default 6: every task of the "
-                        "standard set; the budget may end it sooner, and a candidate that cannot pay on a workload "
-                        "stops there after 3)")
+    p.add_argument("--limit-per-workload", type=int, default=12,
+                   help="tasks per workload in the side-by-side measurement, at most (default 12; the standard set "
+                        "holds 6 code tasks and 12-15 of the others): the budget may end it sooner, and a candidate "
+                        "that cannot pay on a workload stops there after 3")
     p.add_argument("--max-tokens", type=int, default=96, help="tokens per measured request (default 96)")
     p.add_argument("--threads", type=int, help="server threads (default: llama.cpp's)")
     p.add_argument("--ctx-size", type=int, default=4096)

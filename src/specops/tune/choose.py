@@ -41,7 +41,8 @@ def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, short
         return [], decide.choose([], need), {}
     blocks = evidence.Blocks(results["blocks"])
     identical = identity(results, names)
-    weights, how = (args.mix, mix.describe(args.mix)) if args.mix else shares(blocks, results, names, identical, need)
+    weights, how = ((args.mix, mix.describe(args.mix)) if args.mix else
+                    shares(blocks, results, names, identical, need, standard=not getattr(args, "tasks", None)))
     try:  # over the mix (--mix, or the task set's shares), weighted by time
         measured, _ = blocks.measured(names, BASELINE, identical, mix=weights)
         choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, mix=weights)
@@ -58,11 +59,12 @@ def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, short
 
 
 def shares(blocks: evidence.Blocks, results: dict[str, Any], names: list[str], identical: dict[str, bool | None],
-           need_identical: bool) -> tuple[dict[str, float] | None, str]:
-    """Without --mix: the task set's workload shares (``plan.workload_counts``) and how the record says the whole
-    figure was formed; None (every measured task weighs the same) for one workload, or where a candidate that can
-    still be chosen has fewer than two tasks of a workload (the budget cut it: the shares would give it no interval,
-    or leave it out of the decision).
+           need_identical: bool, standard: bool = False) -> tuple[dict[str, float] | None, str]:
+    """Without --mix: the task set's workload shares (``plan.workload_counts``; the bench's standard set, whose
+    files hold 6 to 15 tasks a workload by accident of their writing, ``standard``: each workload the same) and how
+    the record says the whole figure was formed; None (every measured task weighs the same) for one workload, or
+    where a candidate that can still be chosen has fewer than two tasks of a workload (the budget cut it: the shares
+    would give it no interval, or leave it out of the decision).
 
     Early stopping leaves the workloads with unequal task counts, by design: pooled, each would weigh by how long
     it was measured, i.e. by how undecided it was, not by how much of the set it is."""
@@ -79,6 +81,10 @@ def shares(blocks: evidence.Blocks, results: dict[str, Any], names: list[str], i
         if short:
             return None, (f"{pooled}; not the task set's shares ({listed}): {name} has fewer than 2 tasks in "
                           f"{', '.join(short)}, the measurement ended before it had them")
+    if standard:
+        return ({w: 1 / len(counts) for w in counts},
+                f"no mix given: each workload of the standard set weighs the same (tasks {listed}), weighted by time: "
+                "1 / Σ share ÷ the workload's harmonic mean ratio (a workload measured longer weighs no more)")
     return ({w: n / sum(counts.values()) for w, n in counts.items()},
             f"no mix given: each workload weighs by its share of the task set ({listed}), weighted by time: "
             "1 / Σ share ÷ the workload's harmonic mean ratio (a workload measured longer weighs no more)")
