@@ -34,7 +34,7 @@ def results(name: str) -> dict[str, Any]:
 
 
 def decided(name: str) -> tuple[list[decide.Measured], decide.Choice, dict[str, str]]:
-    args = argparse.Namespace(rule="identical", margin=0.05, mix=None)
+    args = argparse.Namespace(rule="identical", margin=0.05, mix=None, tasks=None)
     return choose._from_blocks(args, results(name), [MOD], [MOD])
 
 

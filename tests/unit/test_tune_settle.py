@@ -65,7 +65,7 @@ def test_a_cpu_tune_on_the_standard_set_says_what_would_settle_what_stayed_open(
     not (ngram-mod 1.15x, its edits 0.98-1.33x) and neither does the whole set (1.04x, at the margin). The whole
     figure weighs the workloads by the task set's shares (a delta-method interval: no per-task spread to project, so
     no overall line); the pooled figure's projection is still what settle_note says for it."""
-    args = argparse.Namespace(rule="identical", margin=0.05, mix=None)
+    args = argparse.Namespace(rule="identical", margin=0.05, mix=None, tasks=None)
     results = cpu_results()
     _, choice, per_wl = choose._from_blocks(args, results, CANDIDATES, CANDIDATES)
     assert not choice.settled and choice.chosen == decide.PLAIN and choice.runner_up == "exact-ngram-mod"
@@ -88,7 +88,7 @@ def test_a_cpu_tune_on_the_standard_set_says_what_would_settle_what_stayed_open(
 def test_a_settled_figure_says_nothing_more() -> None:
     """8 blocks: overall ngram-mod 1.00x [0.98, 1.02] (the task set's shares), nothing pays (settled: no line); each
     workload has 2 tasks and stays open (a line each, with what would settle it)."""
-    args = argparse.Namespace(rule="identical", margin=0.05, mix=None)
+    args = argparse.Namespace(rule="identical", margin=0.05, mix=None, tasks=None)
     _, choice, per_wl = choose._from_blocks(args, cpu_results(8), CANDIDATES, CANDIDATES)
     assert choice.settled and choice.chosen == decide.PLAIN
     undecided = sorted(w for w, text in per_wl.items() if text.startswith("undecided"))

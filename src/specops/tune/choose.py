@@ -4,10 +4,10 @@ confidently faster (and identical in output under the identity rule) chosen from
 decoding; per workload, what each would prefer.
 
 The whole figure weighs the workloads by ``--mix`` when given. Without one, over two workloads or more, by **the task
-set's own shares** (:func:`shares`): the measurement stops a candidate on a workload where it cannot pay after 3
-tasks and runs the others to the end, so pooling every task alike would weigh a workload by how long it was
-measured. Where the budget cut a candidate's workload below two tasks the shares cannot give it an interval: every
-measured task weighs the same, as before, and the record says so.
+set's own shares** (:func:`shares`; each workload the same for the bench's standard set): the measurement stops a
+candidate on a workload where it cannot pay after 3 tasks and runs the others to the end, so pooling every task alike
+would weigh a workload by how long it was measured. Where the budget cut a candidate's workload below two tasks the
+shares cannot give it an interval: every measured task weighs the same, as before, and the record says so.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, short
     blocks = evidence.Blocks(results["blocks"])
     identical = identity(results, names)
     weights, how = ((args.mix, mix.describe(args.mix)) if args.mix else
-                    shares(blocks, results, names, identical, need, standard=not getattr(args, "tasks", None)))
+                    shares(blocks, results, names, identical, need, standard=not args.tasks))
     try:  # over the mix (--mix, or the task set's shares), weighted by time
         measured, _ = blocks.measured(names, BASELINE, identical, mix=weights)
         choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, mix=weights)
@@ -81,13 +81,12 @@ def shares(blocks: evidence.Blocks, results: dict[str, Any], names: list[str], i
         if short:
             return None, (f"{pooled}; not the task set's shares ({listed}): {name} has fewer than 2 tasks in "
                           f"{', '.join(short)}, the measurement ended before it had them")
-    if standard:
-        return ({w: 1 / len(counts) for w in counts},
-                f"no mix given: each workload of the standard set weighs the same (tasks {listed}), weighted by time: "
-                "1 / Σ share ÷ the workload's harmonic mean ratio (a workload measured longer weighs no more)")
-    return ({w: n / sum(counts.values()) for w, n in counts.items()},
-            f"no mix given: each workload weighs by its share of the task set ({listed}), weighted by time: "
-            "1 / Σ share ÷ the workload's harmonic mean ratio (a workload measured longer weighs no more)")
+    how = (f"each workload of the standard set weighs the same (tasks {listed})" if standard
+           else f"each workload weighs by its share of the task set ({listed})")
+    weights = ({w: 1 / len(counts) for w in counts} if standard
+               else {w: n / sum(counts.values()) for w, n in counts.items()})
+    return weights, (f"no mix given: {how}, weighted by time: 1 / Σ share ÷ the workload's harmonic mean ratio (a "
+                     "workload measured longer weighs no more)")
 
 
 def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choice, margin: float,

@@ -16,7 +16,7 @@ from typing import Any
 
 from specops.bench import session
 from specops.bench.arms import PLAIN_UNIT
-from specops.bench.design import NO_GAIN, SLOWER
+from specops.bench.design import FUTILITY, STOPS
 from specops.bench.settings import DEFAULT_DRAFT, BenchSettings, default_model
 from specops.tune import progress, streams
 from specops.tune.state import REPORT_RESERVE_S, Setup
@@ -38,7 +38,7 @@ def settings(s: Setup, args: argparse.Namespace, names: list[str], minutes: floa
         # workload (a sample that stops when it first looks confidently faster overstates the confidence: the
         # bench's default, 4 tasks and every stop, let a team's 12 edits decide on 4). Output that differs still
         # stops it at once.
-        min_tasks=3, stop_on=(SLOWER, NO_GAIN),  # design.FUTILITY, in the order the bench tests them
+        min_tasks=3, stop_on=tuple(s for s in STOPS if s in FUTILITY),  # in the bench's order: the plan records it
         max_tokens=args.max_tokens, ctx_size=args.ctx_size, work_dir=s.work / "measure", fresh=True,
         report=s.work / "measure.md", assets=s.work / "measure-assets", no_vars=True, rule=args.rule,
         interleave="slices", plain=PLAIN_UNIT,

@@ -41,7 +41,7 @@ class Setup:
     retuned: list[str] = field(default_factory=list)  # what moved since the --reuse result (tuned again)
     phases: dict[str, float] = field(default_factory=dict)
     meter: progress.ProgressFile = field(default_factory=progress.ProgressFile)  # --progress-file
-    top: int = 3  # candidates measured (--top, else per build: 3 on a GPU, 2 on a CPU)
+    top: int = 3  # candidates measured besides the engine's default (--top, else per build: 3 on a GPU, 1 on a CPU)
     ngram_probes: bool = True  # each n-gram type probed before the measurement (--ngram-probes)
 
     def left(self) -> float:
