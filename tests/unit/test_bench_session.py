@@ -49,7 +49,10 @@ def _old_argv(s: SimpleNamespace, args: argparse.Namespace, chosen: list[str], m
         argv += ["--request-guess", f"{1.5 * args.max_tokens * plain_s_per_token:.2f}"]
     if args.draft:
         argv += ["--draft", str(args.draft)]
-    if args.workloads:
+    if s.shares:  # the plan follows the shares (issue 61): only the workloads with one are loaded
+        argv += ["--workloads", ",".join(s.shares),
+                 "--shares", ",".join(f"{w}={v}" for w, v in s.shares.items())]
+    elif args.workloads:
         argv += ["--workloads", args.workloads]
     for path in args.tasks or ():
         argv += ["--tasks", str(path)]
@@ -68,12 +71,13 @@ def _old_argv(s: SimpleNamespace, args: argparse.Namespace, chosen: list[str], m
     ["--workloads", "code, prose", "--tasks", "a.jsonl", "--tasks", "b.jsonl", "--limit-per-workload", "7",
      "--threads", "0"],
 ])
+@pytest.mark.parametrize("shares", [None, {"edit": 0.7, "prose": 0.3}])
 @pytest.mark.parametrize(("minutes", "plain"), [(3.14159, 0.0), (0.5, 0.0123)])
-def test_the_tune_asks_for_the_run_its_command_line_spelled(tmp_path: Path, extra, minutes, plain):
+def test_the_tune_asks_for_the_run_its_command_line_spelled(tmp_path: Path, extra, minutes, plain, shares):
     p = argparse.ArgumentParser()
     tune_command.add_arguments(p)
     args = p.parse_args(["--target", "t.gguf", *extra])
-    s = SimpleNamespace(prefix=tmp_path / "llama", work=tmp_path / "work")
+    s = SimpleNamespace(prefix=tmp_path / "llama", work=tmp_path / "work", shares=shares)
     old = bench_command.settings(_bench_args(_old_argv(s, args, ["exact-ngram-mod", "exact-n4"], minutes, plain)))
     assert measure.settings(s, args, ["exact-ngram-mod", "exact-n4"], minutes, plain) == old  # type: ignore[arg-type]
 
@@ -91,7 +95,7 @@ def test_the_tune_takes_the_results_the_library_returns(tmp_path: Path, monkeypa
     tune_command.add_arguments(p)
     args = p.parse_args(["--target", "t.gguf"])
     leash = SimpleNamespace(measured=lambda rc: None)
-    s = SimpleNamespace(prefix=tmp_path, work=tmp_path / "work", open=[], left=lambda: 600.0,
+    s = SimpleNamespace(prefix=tmp_path, work=tmp_path / "work", open=[], left=lambda: 600.0, shares=None,
                         meter=SimpleNamespace(update=lambda *a: None, leash=leash))
     out = measure.measure(s, args, ["exact-ngram-mod"])  # type: ignore[arg-type]
     assert out == {"summary": {}, "blocks": [], "outcome": {"ended": "done"}} and not (tmp_path / "work").exists()

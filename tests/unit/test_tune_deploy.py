@@ -239,3 +239,22 @@ def test_an_undecided_tune_serves_plain_decoding_and_says_undecided():
     got = apply(res, "auto", None)
     assert got.vars == {"llama_server_spec_type": "none"}
     assert "the tune is undecided" in got.message and "until a longer tune settles it" in got.message
+
+
+def test_the_deploys_line_gives_the_minutes_used_and_what_would_settle_an_undecided_tune():
+    """Issue 61 item 3: the line says the minutes the tune used of its budget; undecided, how many more minutes
+    would settle it with the variable to set, said first when under 10% more."""
+    decided = {**_result("exact-ngram-mod", {"llama_server_spec_type": "ngram-mod"}, "1.12×"),
+               "elapsed_s": 372.0, "budget_s": 900.0}
+    assert deploy.apply(decided, "auto", None).message.startswith("tune (2026-11-27T06:00:00+0000, 6.2 of 15 min): ")
+    undecided = {**_result("plain", {"llama_server_spec_type": "none"}, None), "settled": False,
+                 "elapsed_s": 875.0, "budget_s": 900.0, "to_settle_min": 1.2}
+    line = deploy.apply(undecided, "auto", None).message
+    assert "14.6 of 15 min): less than 10% more budget would settle it: about 1 more minute(s) of measuring would " \
+           "settle it: set llama_server_tune_budget: 17. " in line, line
+    assert "the tune is undecided" in line
+    far = {**undecided, "to_settle_min": 9.0}
+    line = deploy.apply(far, "auto", None).message
+    assert "less than 10%" not in line and "set llama_server_tune_budget: 25" in line, line
+    settled = {**undecided, "settled": True}
+    assert "llama_server_tune_budget" not in deploy.apply(settled, "auto", None).message

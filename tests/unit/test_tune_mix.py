@@ -64,18 +64,24 @@ def test_within_a_workload_the_mean_is_harmonic():
     assert mix.speedup(times, {"edit": 1}).estimate == pytest.approx(2 / (1 / 1.5 + 1 / 1.0))
 
 
-def test_a_workload_with_one_task_gives_no_interval_and_a_missing_one_is_an_error():
+def test_a_workload_with_one_task_counts_and_a_missing_one_is_an_error():
+    """Since issue 61 item 4 the spread is pooled over every task of the mix (n − K degrees of freedom): a workload
+    with one task counts (it adds nothing to the sum of squares), where the rule before gave no interval; with no
+    degree of freedom left (one task in every workload) there is none."""
     one = mix.speedup({"code": [(0.8, 1.0)], "prose": [(1.0, 1.0), (0.9, 1.0)]}, {"code": 1, "prose": 1})
-    assert not one.has_ci and one.n == 3
+    assert one.has_ci and one.n == 3 and one.estimate == pytest.approx(1 / (0.5 * 0.8 + 0.5 * 0.95))
+    none = mix.speedup({"code": [(0.8, 1.0)], "prose": [(0.9, 1.0)]}, {"code": 1, "prose": 1})
+    assert not none.has_ci and none.n == 2
     with pytest.raises(mix.MixError, match="no measured task of workload"):
         mix.speedup({"code": [(0.8, 1.0)]}, {"code": 1, "prose": 1})
     # a workload with no share needs no task
     assert mix.speedup({"code": [(0.5, 1.0), (0.5, 1.0)]}, {"code": 1, "prose": 0}).estimate == pytest.approx(2.0)
 
 
-def test_the_interval_covers_the_mix_for_a_new_request():
+def test_the_interval_covers_the_mix_s_mean_speedup():
     """Seeded simulation: lognormal per-task ratios per workload (known population), 8 tasks each, a 70/30 mix;
-    the delta-method interval holds the population's time-weighted speedup about 95% of the time."""
+    the delta-method interval (a confidence interval for the mean speedup, not for a new request) holds the
+    population's time-weighted speedup about 95% of the time."""
     rng = random.Random(52)
     pop = {"edit": (math.log(1.3), 0.15), "prose": (math.log(0.95), 0.08)}
     shares = {"edit": 0.7, "prose": 0.3}

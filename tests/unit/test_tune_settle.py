@@ -63,16 +63,17 @@ def cpu_results(blocks: int | None = None) -> dict[str, Any]:
 def test_a_cpu_tune_on_the_standard_set_says_what_would_settle_what_stayed_open() -> None:
     """20 blocks, 5 tasks per workload: code, prose and tool calls settle (ngram-mod ~1.00x: nothing pays), edits do
     not (ngram-mod 1.15x, its edits 0.98-1.33x) and neither does the whole set (1.04x, at the margin). The whole
-    figure weighs the workloads by the task set's shares (a delta-method interval: no per-task spread to project, so
-    no overall line); the pooled figure's projection is still what settle_note says for it."""
+    figure weighs the workloads by the task set's shares; its projection (issue 61: from its own interval) comes first,
+    and the pooled figure's projection is still what settle_note says for it."""
     args = argparse.Namespace(rule="identical", margin=0.05, mix=None, tasks=None)
     results = cpu_results()
     _, choice, per_wl = choose._from_blocks(args, results, CANDIDATES, CANDIDATES)
     assert not choice.settled and choice.chosen == decide.PLAIN and choice.runner_up == "exact-ngram-mod"
     assert choice.weighed.startswith("no mix given: each workload of the standard set weighs the same")
     assert {w for w, text in per_wl.items() if text.startswith("undecided")} == {"edit"}
-    assert [line.split(":")[0] for line in choice.settle] == ["edit"]
-    (edit,) = choice.settle
+    assert [line.split(":")[0] for line in choice.settle] == ["overall", "edit"]
+    whole, edit = choice.settle
+    assert "on 20 tasks is undecided" in whole and choice.to_settle_min is not None and choice.to_settle_min > 0
     blocks = evidence.Blocks(results["blocks"])
     pooled = blocks.decide(CANDIDATES, BASELINE, True, 0.05, choose.identity(results, CANDIDATES))
     (overall,) = choose.settle_note(blocks, results, pooled, 0.05, None)

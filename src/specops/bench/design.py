@@ -22,6 +22,15 @@ that stops the moment it first looks confidently faster overstates that confiden
 recommendation. When the workload's tasks are used up it ends *exhausted*; a budget that runs out ends the rest
 *budget*. Stopping is decided after every block; the report states that the intervals are per-look 95% intervals.
 
+**Shares** (``specops tune``: the traffic's mix, or the task set's own shares): a workload without a share is not
+measured at all, and the blocks go where they settle the whole figure soonest (:mod:`specops.bench.allocate`: each
+workload's share times its spread, planned again after every block) instead of taking turns. The stops then look at
+the **whole figure** (the shares' speedup weighted by time, :mod:`specops.bench.weighted`), not at one workload: an
+arm stops everywhere once that figure is *slower*, *no gain* or *faster* at ``whole_level`` (99% by default: the
+looks after every block would otherwise stop a true 5% gain for futility far more often than 2.5%; a constant
+boundary of about 2.6 standard errors, Pocock's for 10–20 looks, keeps the whole run near 5%); the measurement ends
+when every arm is decided, so a tune ends when it has decided, not when its budget does.
+
 **Conclusions** (what the report and the recommendation read): *slower* (interval below 1), *faster*
 (interval above 1), *no gain* (interval below 1 + ``half_width``, or around 1.0 within it), or
 *inconclusive* with the reason (budget, tasks used up, too few tasks).
@@ -34,6 +43,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specops.bench import allocate, weighted
 from specops.bench.arms import AA, BASELINE
 from specops.bench.stats import Interval, geomean_ratio_ci, t975
 
@@ -43,6 +53,11 @@ DIFFERS = "output differs"  # under rule 'identical': disqualified whatever its 
 CONFIDENT = (SLOWER, FASTER, NO_GAIN, DIFFERS)
 STOPS = (SLOWER, FASTER, NO_GAIN, PRECISE)  # what may stop an arm early, in the order they are tested
 FUTILITY = frozenset({SLOWER, NO_GAIN})  # the stops that can only leave plain decoding served on the workload
+WHOLE = "on the whole"  # suffix of a stop judged on the shares' whole figure ("faster on the whole", ...)
+# the whole figure's degrees of freedom (tasks less workloads) before it may stop anything: three tasks of a workload
+# that happen to agree must not speak for it (a recorded CPU tune's first three edits read 1.02-1.04x, its other three
+# 1.08-1.42x)
+WHOLE_DF = 6
 
 
 def rel_half_width(iv: Interval) -> float:
@@ -110,6 +125,8 @@ class Design:
         aa_precision: float | None = 0.025,
         identity_stop: bool = False,
         stop_on: Iterable[str] = STOPS,
+        shares: Mapping[str, float] | None = None,
+        whole_level: float = 0.99,
     ) -> None:
         if reps < 1:
             raise ValueError("reps must be >= 1")
@@ -118,6 +135,19 @@ class Design:
             raise ValueError(f"stop_on: {', '.join(sorted(self.stop_on - set(STOPS)))} not among {', '.join(STOPS)}")
         self.arms = list(arms)
         self.tasks = {w: list(ts) for w, ts in tasks.items() if ts}
+        # with shares: the workloads with a share and a task (the others are never measured, said in unshared)
+        self.shares: dict[str, float] | None = None
+        self.unshared: list[str] = []
+        if shares is not None:
+            positive = {w: float(v) for w, v in shares.items() if float(v) > 0 and w in self.tasks}
+            if not positive:
+                raise ValueError("shares: no workload with a share above zero has a task")
+            total = sum(positive.values())
+            self.shares = {w: v / total for w, v in positive.items()}
+            self.unshared = [w for w in self.tasks if w not in self.shares]
+            self.tasks = {w: ts for w, ts in self.tasks.items() if w in self.shares}
+        self.whole_level = whole_level
+        self.why: dict[int, str] = {}  # block index -> why its workload was chosen (with shares)
         self.workloads = list(self.tasks)
         self.reps = reps
         self.min_tasks = min_tasks
@@ -252,10 +282,22 @@ class Design:
         half = t975(n - 1) * math.sqrt(s2 * (1 + 1 / n))
         return Interval(math.exp(m), math.exp(m - half), math.exp(m + half), n)
 
+    def whole(self, arm: str, level: float = 0.95) -> Interval | None:
+        """With shares: the shares' speedup weighted by time (:func:`specops.bench.weighted.speedup`, a pooled
+        within-workload variance) at ``level``; None until every workload with a share has a task of the arm."""
+        assert self.shares is not None
+        times = {w: [(1 / r, 1.0) for r in self.task_ratios(arm, w).values()] for w in self.shares}
+        if any(not t for t in times.values()):
+            return None
+        return weighted.speedup(times, self.shares, level=level)
+
     def mix_interval(self, arm: str, workloads: Iterable[str] | None = None) -> Interval | None:
         """The whole mix: every workload weighs the same (a stratified estimate), so an arm that ran
         longer on the workloads where it wins is not favoured. Normal interval on the mean of the
-        workloads' log estimates, with the smallest per-workload t quantile's degrees of freedom."""
+        workloads' log estimates, with the smallest per-workload t quantile's degrees of freedom.
+        With shares (and no ``workloads``): :meth:`whole` at 95%."""
+        if self.shares is not None and workloads is None:
+            return self.whole(arm)
         logs: list[float] = []
         vars_: list[float] = []
         dfs: list[int] = []
@@ -301,6 +343,9 @@ class Design:
     def _decide(self, wl: str) -> None:
         if self.min_tasks is None:
             return
+        if self.shares is not None:
+            self._decide_whole()
+            return
         for arm in self.alive(wl):
             if arm in self.references:
                 continue
@@ -318,7 +363,37 @@ class Design:
             if st.stopped is None and all(self.status[d][wl].stopped is not None for d in dependents):
                 st.stopped = "reference no longer needed"
 
-    def early_stop(self, iv: Interval) -> str | None:
+    def _decide_whole(self) -> None:
+        """With shares: an arm whose output differed anywhere stops everywhere (the identity rule can never pick
+        it); an arm stops everywhere once the whole figure at ``whole_level`` settles a stop of ``stop_on`` or
+        *faster* (every workload with a share has ``min_tasks`` tasks of it, its warm-up, and the figure
+        :data:`WHOLE_DF` degrees of freedom)."""
+        for arm in self.running():
+            if arm in self.references:
+                continue
+            rows = self.status[arm]
+            if any(self.differs.get(arm, {}).values()):
+                for st in rows.values():
+                    st.stopped = st.stopped or DIFFERS
+                continue
+            counts = [self.n_tasks(arm, w) for w in self.workloads]
+            if any(n < min(self.warm, len(self.tasks[w])) for n, w in zip(counts, self.workloads, strict=True)) \
+                    or sum(counts) - len(counts) < WHOLE_DF:
+                continue  # every workload with a share its warm-up first (one spread must not speak for another)
+            iv = self.whole(arm, self.whole_level)
+            if iv is None or not iv.has_ci:
+                continue
+            stop = self.early_stop(iv, extra=(FASTER,))
+            if stop is not None:
+                for st in rows.values():
+                    st.stopped = st.stopped or f"{stop} {WHOLE}"
+        for ref, dependents in self.references.items():
+            for wl in self.workloads:
+                st = self.status[ref][wl]
+                if st.stopped is None and all(self.status[d][wl].stopped is not None for d in dependents):
+                    st.stopped = "reference no longer needed"
+
+    def early_stop(self, iv: Interval, extra: Iterable[str] = ()) -> str | None:
         """The first stop of :data:`STOPS` the interval settles that ``stop_on`` allows (None: keep running).
 
         Tested in the bench's order, so with every stop allowed nothing changes; with :data:`FUTILITY` an interval
@@ -326,7 +401,8 @@ class Design:
         settles = {SLOWER: iv.significantly_below(1.0), FASTER: iv.significantly_above(1.0),
                    NO_GAIN: iv.significantly_below(1.0 + self.half_width),
                    PRECISE: rel_half_width(iv) <= self.half_width}
-        return next((s for s in STOPS if s in self.stop_on and settles[s]), None)
+        allowed = self.stop_on | set(extra)
+        return next((s for s in STOPS if s in allowed and settles[s]), None)
 
     def order(self, wl: str, rep: int) -> list[str]:
         """The workload's tasks in this repetition's order (shuffled, reproducible from the seed)."""
@@ -340,6 +416,8 @@ class Design:
         Workloads take turns, so a budget that ends the run leaves each of them partly explored rather
         than some untouched. ``loaded``: the arms whose servers are up (all when None)."""
         ready = set(self.arms if loaded is None else loaded)
+        if self.shares is not None:
+            return self._allocated(rep, ready)
         n = len(self.workloads)
         for i in range(n):
             wl = self.workloads[(self._rr + i) % n]
@@ -358,6 +436,49 @@ class Design:
             block_arms = (BASELINE, *((AA,) if self.aa and self.aa_needed(wl) else ()), *arms)
             return Block(self.blocks, rep, wl, task, block_arms)
         return None
+
+    def _open(self, wl: str, rep: int, ready: set[str]) -> list[str]:
+        """The ready arms still running on ``wl`` with a task left in ``rep`` (those out of tasks end *exhausted*)."""
+        arms = [a for a in self.alive(wl) if a in ready]
+        size = len(self.tasks[wl])
+        for a in arms:
+            if self.status[a][wl].done.get(rep, 0) >= size and rep + 1 >= self.reps:
+                self.status[a][wl].stopped = "exhausted"
+        return [a for a in arms if self.status[a][wl].done.get(rep, 0) < size]
+
+    @property
+    def warm(self) -> int:
+        """With shares: the tasks of every workload before its spread is weighed and the whole figure may stop."""
+        return max(allocate.WARM, self.min_tasks or 0)
+
+    def _allocated(self, rep: int, ready: set[str]) -> Block | None:
+        """With shares: the workload whose next task narrows the whole figure most (:func:`allocate.pick`), its
+        reason kept in :attr:`why`."""
+        assert self.shares is not None
+        open_ = {wl: arms for wl in self.workloads if (arms := self._open(wl, rep, ready))}
+        if not open_:
+            return None
+        running = self.running()
+        done = {wl: min((self.n_tasks(a, wl) for a in running), default=0) for wl in self.workloads}
+        spreads = {wl: allocate.spread([[math.log(r) for r in self.task_ratios(a, wl).values()] for a in running])
+                   for wl in self.workloads}
+        wl, why = allocate.pick(self.shares, done, spreads, list(open_), warm=self.warm)
+        arms = open_[wl]
+        pos = min(self.status[a][wl].done.get(rep, 0) for a in arms)
+        arms = [a for a in arms if self.status[a][wl].done.get(rep, 0) == pos]
+        task = self.order(wl, rep)[pos]
+        block_arms = (BASELINE, *((AA,) if self.aa and self.aa_needed(wl) else ()), *arms)
+        self.why[self.blocks] = why
+        return Block(self.blocks, rep, wl, task, block_arms)
+
+    def allocation(self) -> str:
+        """The blocks per workload so far, for the progress line: ``edit 7 of 12, prose 4 of 12, code share 0``."""
+        blocks: dict[str, int] = {}
+        for arm_rows in (self.status.values()):
+            for wl, st in arm_rows.items():
+                blocks[wl] = max(blocks.get(wl, 0), sum(st.done.values()))
+        parts = [f"{wl} {blocks.get(wl, 0)} of {len(self.tasks[wl])}" for wl in self.workloads]
+        return ", ".join(parts + [f"{wl} share 0" for wl in self.unshared])
 
     def finish_rep(self, rep: int) -> None:
         """After the last repetition, arms that ran out of tasks end *exhausted*."""

@@ -508,6 +508,7 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
                 store.append("blocks.jsonl", {
                     "index": block.index, "rep": rep, "workload": block.workload, "task": block.task,
                     "arms": list(block.arms), "order": list(results), "elapsed_s": round(elapsed, 2),
+                    **({"plan": design.why[block.index]} if block.index in design.why else {}),
                     "loadavg": os.getloadavg()[0], "results": results,
                 })
                 progress.block(design, block, tps, elapsed, cfg.budget_s, len(cfg.tasks))
@@ -523,6 +524,8 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
         store.save_json("rss.json", {**(store.load_json("rss.json") or {}), **pool.rss})
         store.save_json("outcome.json", {"ended": ended, "elapsed_s": round(clock() - t0, 1),
                                          "blocks": design.blocks,
+                                         **({"allocation": design.allocation(), "unshared": design.unshared}
+                                            if design.shares is not None else {}),
                                          "status": {a: {w: st.stopped for w, st in rows.items()}
                                                     for a, rows in design.status.items()}})
     return {"ended": ended, "elapsed_s": clock() - t0}

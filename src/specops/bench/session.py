@@ -78,7 +78,10 @@ def _run(opts: BenchSettings, store: ResultStore, progress: Progress, say: Say) 
     except StoreError as exc:
         raise Stop(2, str(exc)) from None
     cfg, reps = inputs.cfg, inputs.reps
-    design = plans.design(opts, inputs, lineup, by_wl, dz)
+    try:
+        design = plans.design(opts, inputs, lineup, by_wl, dz)
+    except ValueError as exc:  # --shares on none of the task set's workloads
+        raise Stop(2, f"--shares: {exc}; nothing was run") from None
     progress.note(
         f"bench: {len(lineup.spec_arms)} arm(s) + baseline + A/A × {sum(counts.values())} tasks × {reps} rep(s), max "
         f"{opts.max_tokens} tokens, budget {fmt_s(cfg.budget_s) if cfg.budget_s else 'none'}"

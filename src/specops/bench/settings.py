@@ -56,6 +56,10 @@ class BenchSettings:
     request_guess: float | None = None  # seconds per request, for the budget's check of the first block
     min_tasks: int = 4
     stop_on: tuple[str, ...] = STOPS  # the stops that may end an arm's workload early (specops tune: futility)
+    # specops tune: each workload's share (the traffic's mix, or the task set's own shares): a workload without one
+    # is not measured, the blocks follow share × spread and the stops look at the whole figure (bench.design)
+    shares: tuple[tuple[str, float], ...] = ()
+    whole_level: float = 0.99  # the whole figure's level for an early stop (a look after every block)
     half_width: float = 0.05
     aa_precision: float = 0.025
     exhaustive: bool = False

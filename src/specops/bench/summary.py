@@ -34,7 +34,8 @@ def design_of(plan: dict[str, Any]) -> Design:
     return Design(dz["arms"], dz["tasks"], reps=plan["reps"], min_tasks=dz["min_tasks"],
                   half_width=dz["half_width"], seed=plan["seed"], references=dz.get("references"),
                   fpc=dz.get("fpc", False), aa_precision=dz.get("aa_precision"),
-                  identity_stop=dz.get("identity_stop", False), stop_on=dz.get("stop_on", STOPS))
+                  identity_stop=dz.get("identity_stop", False), stop_on=dz.get("stop_on", STOPS),
+                  shares=dz.get("shares"), whole_level=dz.get("whole_level", 0.99))
 
 
 def load_results(store: ResultStore) -> tuple[dict[str, Any], Design, dict[str, dict[str, ArmWorkload]]]:

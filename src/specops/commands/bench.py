@@ -51,6 +51,21 @@ def _strs(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+def _shares(text: str) -> tuple[tuple[str, float], ...]:
+    """``edit=70,prose=30``: each workload's share (not normalised here; zero shares are kept and not measured)."""
+    out: list[tuple[str, float]] = []
+    for part in (x.strip() for x in text.split(",") if x.strip()):
+        name, eq, value = part.partition("=")
+        try:
+            share = float(value)
+        except ValueError:
+            share = -1.0
+        if not eq or not name.strip() or not share >= 0:
+            raise argparse.ArgumentTypeError(f"{part!r} is not workload=share (a number >= 0)")
+        out.append((name.strip(), share))
+    return tuple(out)
+
+
 def _models_args(p: argparse.ArgumentParser) -> None:
     """The "models and build" group of options."""
     g = p.add_argument_group("models and build")
@@ -111,6 +126,14 @@ def _method_args(p: argparse.ArgumentParser) -> None:
                    help="which settled intervals may stop an arm before its workload's tasks are used up (comma list "
                    f"of {', '.join(D.stop_on)}; default all); 'slower,no gain' stops only an arm that cannot pay "
                    "there, a gain runs every task (specops tune's choice)")
+    g.add_argument("--shares", type=_shares, default=D.shares, metavar="WORKLOAD=SHARE,...",
+                   help="each workload's share of the traffic (specops tune passes the mix, or the task set's own "
+                        "shares): a workload without one is not measured, the blocks go where share × spread settles "
+                        "the whole figure soonest, and the stops look at the whole figure, weighted by time; default: "
+                        "none (the workloads take turns, each stopped on its own)")
+    g.add_argument("--whole-level", type=float, default=D.whole_level, metavar="LEVEL",
+                   help="with --shares: the whole figure's confidence level for an early stop, looked at after every "
+                        "block (default 0.99: about Pocock's boundary for 10-20 looks)")
     g.add_argument("--half-width", type=float, default=D.half_width,
                    help="an arm stops when its interval is within ±this of its estimate, or wholly below 1 + this "
                    "(no gain worth deploying); also when wholly above or below 1.0 (default 0.05)")

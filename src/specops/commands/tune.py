@@ -69,9 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workloads", default="", help="only these workloads (comma list)")
     p.add_argument("--mix", metavar="WORKLOAD=SHARE,...",
                    help="each workload's share of the traffic (e.g. code=0.5,edit=0.3,prose=0.2,tool_calls=0): the "
-                        "choice is made on the mix's speedup weighted by time; default: the --tasks files' own shares, "
-                        "each workload the same for the standard set (every measured task the same where the "
-                        "measurement left a workload under 2 tasks)")
+                        "choice is made on the mix's speedup weighted by time, a workload without a share is not "
+                        "measured, the blocks go where share x spread settles it soonest; default: the --tasks "
+                        "files' own shares, each workload the same for the standard set")
     p.add_argument("--limit-per-workload", type=int, default=12,
                    help="tasks per workload in the side-by-side measurement, at most (default 12; the standard set "
                         "holds 6 code tasks and 12-15 of the others): the budget may end it sooner, and a candidate "

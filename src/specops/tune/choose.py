@@ -32,55 +32,62 @@ def identity(results: dict[str, Any], names: list[str]) -> dict[str, bool | None
 
 
 def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, shortlisted: list[str],
-                 names: list[str]) -> tuple[list[decide.Measured], decide.Choice, dict[str, str]]:
+                 names: list[str], planned_shares: tuple[dict[str, float] | None, str] = (None, "")
+                 ) -> tuple[list[decide.Measured], decide.Choice, dict[str, str]]:
     """Every measured candidate against the unit's plain decoding (the bench's baseline under --plain unit), paired
-    in the same blocks, with intervals for a new request; the choice from the shortlist, and per workload what it
-    would prefer."""
+    in the same blocks, with intervals for the mean speedup; the choice from the shortlist, and per workload what it
+    would prefer. ``planned_shares``: the shares the measurement planned by and how they were formed
+    (:func:`planned`; none: --mix, else the task set's shares from the measurement's plan)."""
     need = args.rule == "identical"
     if results is None or not results.get("blocks"):
         return [], decide.choose([], need), {}
     blocks = evidence.Blocks(results["blocks"])
     identical = identity(results, names)
-    weights, how = ((args.mix, mix.describe(args.mix)) if args.mix else
-                    shares(blocks, results, names, identical, need, standard=not args.tasks))
+    weights, how = planned_shares
+    if args.mix:
+        weights, how = args.mix, mix.describe(args.mix)
+    elif weights is None:
+        counts = {w: int(n) for w, n in ((results.get("plan") or {}).get("workload_counts") or {}).items()}
+        weights, how = planned(None, counts, standard=not args.tasks)
+    if weights and not args.mix:
+        weights, how = covered(blocks, names, identical, need, weights, how)
     try:  # over the mix (--mix, or the task set's shares), weighted by time
         measured, _ = blocks.measured(names, BASELINE, identical, mix=weights)
         choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, mix=weights)
     except mix.MixError as exc:
         raise TuneError(f"{exc}; nothing was chosen") from None
-    # a mix's interval is the delta method's: no spread per task to project for the whole figure
-    open_lines = [] if weights else settle_note(blocks, results, choice, args.margin, None)
+    open_lines = settle_note(blocks, results, choice, args.margin, None, weights)
     per_wl: dict[str, str] = {}
     for wl in blocks.workloads:
         c = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, workload=wl)
         per_wl[wl] = c.short()
-        open_lines += settle_note(blocks, results, c, args.margin, wl)
-    return measured, dataclasses.replace(choice, settle=tuple(open_lines), weighed=how), per_wl
+        if len(blocks.workloads) > 1:
+            open_lines += settle_note(blocks, results, c, args.margin, wl)
+    more = minutes_to_settle(results, choice, blocks, weights, args.margin)
+    return measured, dataclasses.replace(choice, settle=tuple(open_lines), weighed=how,
+                                         to_settle_min=None if more is None else round(more, 1)), per_wl
 
 
-def shares(blocks: evidence.Blocks, results: dict[str, Any], names: list[str], identical: dict[str, bool | None],
-           need_identical: bool, standard: bool = False) -> tuple[dict[str, float] | None, str]:
-    """Without --mix: the task set's workload shares (``plan.workload_counts``; the bench's standard set, whose
-    files hold 6 to 15 tasks a workload by accident of their writing, ``standard``: each workload the same) and how
-    the record says the whole figure was formed; None (every measured task weighs the same) for one workload, or
-    where a candidate that can still be chosen has fewer than two tasks of a workload (the budget cut it: the shares
-    would give it no interval, or leave it out of the decision).
+def planned(given: dict[str, float] | None, counts: dict[str, int],
+            standard: bool = False) -> tuple[dict[str, float] | None, str]:
+    """The shares the measurement plans by and the choice weighs by, and how the record says they were formed:
+    ``given`` (--mix, normalised; a workload of the task set without a share is said: not measured), else the task
+    set's own (``counts``: tasks per workload before any per-workload cap; the bench's standard set, whose files hold
+    6 to 15 tasks a workload by accident of their writing, ``standard``: each workload the same). None: no task.
 
-    Early stopping leaves the workloads with unequal task counts, by design: pooled, each would weigh by how long
-    it was measured, i.e. by how undecided it was, not by how much of the set it is."""
-    counts = {w: int(n) for w, n in ((results.get("plan") or {}).get("workload_counts") or {}).items() if int(n) > 0}
-    pooled = mix.describe(None)
-    if len(counts) < 2 or len(blocks.workloads) < 2:
-        return None, pooled
+    Without shares the blocks would take turns over the workloads, and early stopping would leave them with unequal
+    task counts, so pooling every task alike would weigh a workload by how long it was measured."""
+    counts = {w: n for w, n in counts.items() if n > 0}
+    if given:
+        zero = [w for w in counts if w not in given]
+        return dict(given), mix.describe(given) + "".join(f"; {w}: share 0, not measured" for w in zero)
+    if not counts:
+        return None, mix.describe(None)
+    if len(counts) == 1:
+        (w, n), = counts.items()
+        return {w: 1.0}, (f"no mix given: one workload ({w}, {n} tasks), weighted by time: 1 / its harmonic mean "
+                          "ratio")
     listed = ", ".join(f"{w} {n}" for w, n in counts.items())
-    for name in names:
-        have = {w: len(ts) for w, ts in blocks.relative_times(name, BASELINE).items()}
-        if not have or (need_identical and not identical.get(name)):
-            continue  # never paired with plain decoding, or out under the identity rule: it cannot be chosen
-        short = [f"{w} ({have.get(w, 0)})" for w in counts if have.get(w, 0) < 2]
-        if short:
-            return None, (f"{pooled}; not the task set's shares ({listed}): {name} has fewer than 2 tasks in "
-                          f"{', '.join(short)}, the measurement ended before it had them")
     how = (f"each workload of the standard set weighs the same (tasks {listed})" if standard
            else f"each workload weighs by its share of the task set ({listed})")
     weights = ({w: 1 / len(counts) for w in counts} if standard
@@ -89,20 +96,37 @@ def shares(blocks: evidence.Blocks, results: dict[str, Any], names: list[str], i
                      "workload measured longer weighs no more)")
 
 
+def covered(blocks: evidence.Blocks, names: list[str], identical: dict[str, bool | None], need_identical: bool,
+            weights: dict[str, float], how: str) -> tuple[dict[str, float] | None, str]:
+    """The task set's shares where every candidate that can still be chosen has a task of each workload with a
+    share; else None (every measured task weighs the same) and why: the budget ended the measurement before it had
+    them (a mix, given by the operator, never falls back: such a candidate is left out of its decision)."""
+    pooled = mix.describe(None)
+    for name in names:
+        have = {w: len(ts) for w, ts in blocks.relative_times(name, BASELINE).items()}
+        if not have or (need_identical and not identical.get(name)):
+            continue  # never paired with plain decoding, or out under the identity rule: it cannot be chosen
+        short = [w for w in weights if not have.get(w)]
+        if short:
+            return None, (f"{pooled}; not the task set's shares: {name} has no task of {', '.join(short)}, the "
+                          "measurement ended before it had one")
+    return weights, how
+
+
 def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choice, margin: float,
-                workload: str | None) -> list[str]:
-    """For an undecided figure (overall, or one workload's): how many tasks would settle it if its estimate and the
-    tasks' spread held (:func:`specops.tune.decide.tasks_to_settle`), the minutes at this host's time a block, and
-    what to set where the task set holds fewer."""
+                workload: str | None, weights: dict[str, float] | None = None) -> list[str]:
+    """For an undecided figure (overall, over ``weights`` when given, or one workload's): how many tasks would settle
+    it if its estimate and the tasks' spread held (:func:`specops.tune.decide.tasks_to_settle`), the minutes at this
+    host's time a block, and what to set where the task set holds fewer."""
     if c.settled or c.chosen != decide.PLAIN or not c.runner_up:
         return []
-    fig = blocks.interval(c.runner_up, BASELINE, workload)
+    fig = (blocks.mix_interval(c.runner_up, BASELINE, weights) if workload is None and weights
+           else blocks.interval(c.runner_up, BASELINE, workload))
     if fig is None or not fig.has_ci:
         return []
     counts = (results.get("plan") or {}).get("workload_counts") or {}
-    have = int(sum(counts.values()) if workload is None else counts.get(workload, 0))
-    outcome = results.get("outcome") or {}
-    per_block = float(outcome.get("elapsed_s") or 0) / max(1, int(outcome.get("blocks") or 0))
+    have = int(sum(counts.get(w, 0) for w in (weights or counts)) if workload is None else counts.get(workload, 0))
+    per_block = block_seconds(results)
     head = (f"{workload or 'overall'}: {c.runner_up} {fig.fmt()} against the unit's plain decoding on {fig.n} tasks "
             "is undecided")
     k = decide.tasks_to_settle(fig, margin)
@@ -118,12 +142,35 @@ def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choi
     return [line]
 
 
+def block_seconds(results: dict[str, Any]) -> float:
+    """The measurement's seconds a block (0: no block)."""
+    outcome = results.get("outcome") or {}
+    return float(outcome.get("elapsed_s") or 0) / max(1, int(outcome.get("blocks") or 0))
+
+
+def minutes_to_settle(results: dict[str, Any] | None, choice: decide.Choice, blocks: evidence.Blocks | None,
+                      weights: dict[str, float] | None, margin: float) -> float | None:
+    """For an undecided whole figure: the minutes of measuring more that would settle it at this host's time a
+    block, if its estimate and spread held (None: decided, or no projection)."""
+    if results is None or blocks is None or choice.settled or choice.chosen != decide.PLAIN or not choice.runner_up:
+        return None
+    fig = (blocks.mix_interval(choice.runner_up, BASELINE, weights) if weights
+           else blocks.interval(choice.runner_up, BASELINE))
+    if fig is None or not fig.has_ci:
+        return None
+    k = decide.tasks_to_settle(fig, margin)
+    per_block = block_seconds(results)
+    if k is None or per_block <= 0:
+        return None
+    return max(0, k - fig.n) * per_block / 60
+
+
 def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None,
            short: Shortlist) -> tuple[list[decide.Measured], decide.Choice, dict[str, str]]:
     """The measured candidates, the choice and what each workload would prefer; what stays open (shortlisted and
     not measured, undecided) is said in ``s.open``."""
     shortlisted = short.shortlisted
-    measured, choice, per_wl = _from_blocks(args, results, shortlisted, short.measured)
+    measured, choice, per_wl = _from_blocks(args, results, shortlisted, short.measured, (s.shares, s.shares_how))
     unmeasured = [n for n in shortlisted if n not in {m.name for m in measured}]
     if results is not None and unmeasured:
         ended = (results.get("outcome") or {}).get("ended", "?")

@@ -166,6 +166,7 @@ class Choice:
     left_out: tuple[str, ...] = ()  # measured but out of the decision, one line each
     settle: tuple[str, ...] = ()  # for what stayed undecided (overall, per workload): the tasks that would settle it
     weighed: str = ""  # how the whole figure weighs the workloads, for the record ('' : as --mix says)
+    to_settle_min: float | None = None  # undecided: the minutes of measuring more that would settle the whole figure
 
     def short(self) -> str:
         """One line: the choice and its figure (a tie named), or plain / undecided with the best candidate's."""
@@ -181,7 +182,7 @@ class Choice:
         return {"chosen": self.chosen, "runner_up": self.runner_up, "reason": self.reason,
                 "figures": dict(self.figures), "tie": list(self.tie), "settled": self.settled,
                 "paired": self.paired, "left_out": list(self.left_out), "settle": list(self.settle),
-                "weighed": self.weighed}
+                "weighed": self.weighed, "to_settle_min": self.to_settle_min}
 
 
 def cost(name: str) -> tuple[int, int]:

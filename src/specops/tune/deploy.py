@@ -10,6 +10,7 @@ once into it, and the speed gate judges only a speculative profile (the tune's c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,11 +93,14 @@ def apply(result: Mapping[str, Any], spec_type: object, draft_n_max: object) -> 
     chosen = str(result.get("chosen") or "")
     if not chosen:
         raise ValueError("the tune's record names no choice")
-    head = f"tune ({result.get('when', '?')}): "
+    head = f"tune ({result.get('when', '?')}{minutes(result)}): "
     if chosen == PLAIN:
         pays = (f"no candidate pays here ({result.get('reason', '')})" if result.get("settled", True) is not False
                 else f"the tune is undecided ({result.get('reason', '')}), so plain decoding until a longer tune "
                      "settles it")
+        more = to_settle(result)
+        if more:
+            head += more
         if spec_type == "auto":
             return Applied({SPEC_TYPE: "none"}, {}, head + f"{pays}: plain decoding is served ({SPEC_TYPE}=none); "
                                                            "the speed gate has nothing to judge")
@@ -114,6 +118,29 @@ def apply(result: Mapping[str, Any], spec_type: object, draft_n_max: object) -> 
     if kept:
         text += "; explicit settings win: " + ", ".join(f"{k}={v} kept" for k, v in kept.items())
     return Applied(out, kept, text)
+
+
+def minutes(result: Mapping[str, Any]) -> str:
+    """``, 6.2 of 15 min``: the minutes the tune used out of its budget ('' where the record has no figures)."""
+    used, budget = result.get("elapsed_s"), result.get("budget_s")
+    if used is None or not budget:
+        return ""
+    return f", {float(used) / 60:.1f} of {float(budget) / 60:g} min"
+
+
+def to_settle(result: Mapping[str, Any]) -> str:
+    """For an undecided tune: the minutes more that would settle it and the budget to set, first when under 10% of
+    the budget ('' : decided, or no projection)."""
+    more, budget = result.get("to_settle_min"), result.get("budget_s")
+    if result.get("settled", True) is not False or more is None or not budget:
+        return ""
+    budget_min = float(budget) / 60
+    want = math.ceil(budget_min + float(more) + 0.5)
+    line = (f"about {float(more):.0f} more minute(s) of measuring would settle it: set llama_server_tune_budget: "
+            f"{want}. ")
+    if float(more) < 0.1 * budget_min:
+        line = "less than 10% more budget would settle it: " + line
+    return line
 
 
 def summary(result: Mapping[str, Any], applied: Applied, reused: bool) -> dict[str, Any]:

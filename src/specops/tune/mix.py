@@ -1,27 +1,18 @@
 """The traffic's mix: each workload's share of the requests, and the speedup of the whole mix **weighted by time**.
 
-For a mix with request shares w_k (normalised: Σ w_k = 1) the time the service spends decoding is Σ_k w_k·T_k, with
-T_k a request's decode time in workload k, so the mix's speedup over plain decoding is
+For a mix with request shares w_k (normalised: Σ w_k = 1) the mix's speedup over plain decoding is the ratio of the
+service's decoding times, S = Σ_k w_k·E[T_plain,k] / Σ_k w_k·E[T_spec,k] = 1 / Σ_k (w_k / H_k), H_k the
+**harmonic** mean of workload k's paired per-task ratios: a share-weighted harmonic mean, so a workload the
+candidate slows down costs more time than an equal gain elsewhere saves (ratios 2.0 and 0.5 at half each: S = 0.8,
+while their geometric mean reads 1.0 and their mean 1.25). The estimator and its derivation are
+:mod:`specops.bench.weighted`.
 
-    S = Σ_k w_k·E[T_plain,k] / Σ_k w_k·E[T_spec,k]
-
-Derivation from the paired per-task ratios r_i (the candidate's tok/s ÷ plain decoding's on task i, paired in the
-same blocks). A request of L tokens takes T_plain,i = L / v_plain,i and T_spec,i = L / v_spec,i = T_plain,i / r_i.
-With the same tokens per request and the same plain time per request T in every workload (the measurement sends
---max-tokens to every request, and plain decoding runs at one rate), E[T_spec,k] = T·mean_{i∈k}(1/r_i) = T / H_k,
-H_k the **harmonic** mean of workload k's ratios, so
-
-    S = Σ_k w_k·T / Σ_k (w_k·T / H_k) = 1 / Σ_k (w_k / H_k)
-
-a share-weighted harmonic mean: a workload the candidate slows down costs more time than an equal gain elsewhere
-saves (ratios 2.0 and 0.5 at half each: S = 0.8, while their geometric mean reads 1.0 and their mean 1.25).
-
-The interval (95%, for a new request of each workload, as :mod:`specops.tune.evidence`): the delta method on
-log S, workloads independent. For arm a against reference b, per task the relative times a_i, b_i (1/r_i, and 1 for
-plain decoding itself), A = Σ w_k·mean_k(a), B = Σ w_k·mean_k(b), S = B / A, and
-Var(log S) ≈ Σ_k (w_k² / n_k)·s²_k(b_i/B − a_i/A), with s²_k the sample variance over workload k's n_k tasks;
-Student's t at the Welch–Satterthwaite degrees of freedom. A workload in the mix with fewer than two tasks: no
-interval. Workloads with no share are left out.
+The interval is a **confidence interval for the mix's mean speedup** (95% unless asked otherwise), not a prediction
+for a new request: the delta method on log S, each workload's own variance where those carry 4 degrees of freedom
+or more (Welch–Satterthwaite), and below that (issue 61 item 4: 2–3 tasks per workload) the within-workload spread
+pooled over every task of the mix at n − K degrees of freedom (n tasks over K workloads with a share), never below
+the workloads' own sum. A workload with one task counts; with n − K < 1 there is no interval. Workloads with no
+share are left out. The coverage in simulation: ``scripts/sim-mix-coverage``, docs/measurements.md.
 """
 
 from __future__ import annotations
@@ -29,11 +20,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from specops.bench.stats import Interval, mean, t975
+from specops.bench import weighted
+from specops.bench.stats import Interval
 
-
-class MixError(ValueError):
-    """A mix that cannot be used (one line)."""
+# A mix that cannot be used (one line): the estimator's own error, so that ``except MixError`` catches what
+# :func:`speedup` raises too.
+MixError = weighted.WeightError
 
 
 def parse(text: str | None, known: Sequence[str]) -> dict[str, float] | None:
@@ -74,32 +66,13 @@ def normalised(shares: Mapping[str, float]) -> dict[str, float]:
     return {w: s / total for w, s in shares.items() if s > 0}
 
 
-def speedup(times: Mapping[str, Sequence[tuple[float, float]]], shares: Mapping[str, float]) -> Interval:
-    """The mix's speedup of arm a over reference b with its interval. ``times``: per workload, per task (a_i, b_i),
-    each side's decode time per request relative to plain decoding's (1 / ratio; 1 for plain decoding itself). Every
-    workload with a share needs at least one task."""
-    w = normalised(shares)
-    missing = [k for k in w if not times.get(k)]
-    if missing:
-        raise MixError(f"no measured task of workload(s) {', '.join(missing)} in the mix")
-    a_tot = sum(w[k] * mean([a for a, _ in times[k]]) for k in w)
-    b_tot = sum(w[k] * mean([b for _, b in times[k]]) for k in w)
-    est = b_tot / a_tot
-    n = sum(len(times[k]) for k in w)
-    if any(len(times[k]) < 2 for k in w):
-        return Interval(est, None, None, n)
-    parts = []
-    for k in w:
-        d = [b / b_tot - a / a_tot for a, b in times[k]]
-        m = mean(d)
-        var = sum((x - m) ** 2 for x in d) / (len(d) - 1)
-        parts.append((w[k] ** 2 * var / len(d), len(d) - 1))
-    total = sum(c for c, _ in parts)
-    if total <= 0:
-        return Interval(est, est, est, n)
-    df = total ** 2 / sum(c ** 2 / dof for c, dof in parts)  # Welch–Satterthwaite
-    half = t975(max(1, math.floor(df))) * math.sqrt(total)
-    return Interval(est, est * math.exp(-half), est * math.exp(half), n)
+def speedup(times: Mapping[str, Sequence[tuple[float, float]]], shares: Mapping[str, float],
+            level: float = 0.95) -> Interval:
+    """The mix's speedup of arm a over reference b with its ``level`` confidence interval for the mean speedup
+    (:func:`specops.bench.weighted.speedup`). ``times``: per workload, per task (a_i, b_i), each side's decode time
+    per request relative to plain decoding's (1 / ratio; 1 for plain decoding itself). Every workload with a share
+    needs at least one task (MixError otherwise)."""
+    return weighted.speedup(times, shares, level)
 
 
 def arithmetic(means: Mapping[str, float], shares: Mapping[str, float]) -> str:

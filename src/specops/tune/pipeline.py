@@ -52,6 +52,7 @@ def tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
         at_n, choice = at_streams.at_n(s, args, choice, measured, found[PLAIN_ARM].run.seconds_per_token)
         s.phase("streams", t)
     out = result.result(s, args, over, preds, short, measured, choice, per_wl, found)
+    out["plan"] = result.plan_record(bench, s.shares)
     out["live_model"] = result.live_model(s, costs, over, choice.chosen, measured, (bench or {}).get("blocks") or ())
     if args.parallel > 1:
         result.at_streams(out, args, at_n)

@@ -16,7 +16,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError
 from specops.knobs import knob
 from specops.paths import build_backend, cache_dir, llama_prefix
-from specops.tune import mix, probes, record
+from specops.tune import choose, mix, probes, record
 from specops.tune.state import Setup, TuneError
 
 
@@ -103,6 +103,12 @@ def prepare(args: argparse.Namespace) -> Setup:
         args.mix = mix.parse(args.mix, workloads_of(tasks))
     except mix.MixError as exc:
         raise TuneError(f"{exc}; nothing was changed") from None
+    # what the measurement plans by and the choice weighs by: the mix, else the task set's own shares (a team's
+    # files by their counts before any per-workload cap; the standard set's workloads the same)
+    uncapped = tasks if args.limit_per_workload is None else load_tasks(
+        args.tasks, [w for w in args.workloads.split(",") if w.strip()] or None, None)
+    shares, shares_how = choose.planned(args.mix, {w: sum(1 for t in uncapped if t.workload == w)
+                                                   for w in workloads_of(tasks)}, standard=not args.tasks)
     probe_tasks = [t for w in workloads_of(tasks) for t in [x for x in tasks if x.workload == w][:args.probe_tasks]]
     backend = build_backend(prefix)
     _check_fit(backend, args, max(draft_lengths))
@@ -117,4 +123,5 @@ def prepare(args: argparse.Namespace) -> Setup:
               now + args.probe_share * args.budget * 60)
     s.top = args.top or (3 if cfg.gpu else 1)
     s.ngram_probes = args.ngram_probes == "yes" or (args.ngram_probes == "auto" and cfg.gpu)
+    s.shares, s.shares_how = shares, shares_how
     return s

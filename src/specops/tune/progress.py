@@ -90,4 +90,5 @@ class MeasureProgress(Progress):
     def block(self, design: Design, block: Block, tps: Mapping[str, float | None], elapsed: float,
               budget: float | None, tasks_total: int) -> None:
         super().block(design, block, tps, elapsed, budget, tasks_total)
-        self.meter.update("measure", f"block {block.index + 1}: {figures(design)}", self.left())
+        plan = f" ({design.allocation()})" if design.shares is not None else ""
+        self.meter.update("measure", f"block {block.index + 1}{plan}: {figures(design)}", self.left())

@@ -75,12 +75,14 @@ def result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: li
         "reference": plain_description(PLAIN_UNIT),
         "mix": args.mix, "mix_how": choice.weighed or mix.describe(args.mix),
         "task_source": record.task_source(args.tasks),
-        "interval": "95%, for a new request of the traffic's kind (the tasks' spread and the A/A noise count in full)",
+        "interval": "95% confidence for the mean speedup over the traffic's requests (Student-t over the tasks: their "
+                    "spread and the A/A noise count in full); one new request spreads wider",
         "best_measured": {"name": best.name, "measured": best.speedup.fmt(), "speedup": best.speedup.to_dict()}
         if best else None,
         "vars": profile_vars(choice.chosen), "per_workload": per_wl, "candidates": rows,
         "overheads": over.to_dict() if over else None, "probes": {n: r.to_dict() for n, r in found.items()},
         "open": s.open, "rule": args.rule, "budget_s": args.budget * 60, "phases_s": s.phases,
+        "to_settle_min": choice.to_settle_min,
         "plain_drift": s.drift,
         "elapsed_s": round(time.monotonic() - s.started, 1), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "build": {"commit": s.caps.commit, "prefix": str(s.prefix)},
@@ -91,6 +93,23 @@ def result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: li
                        f"{args.parallel} slot(s)",
         "work_dir": str(s.work), "facts": s.facts, "key": record.key(s.facts),
         "retuned_because": s.retuned,
+    }
+
+
+def plan_record(bench: Mapping[str, Any] | None, shares: Mapping[str, float] | None) -> dict[str, Any] | None:
+    """Where the measurement's blocks went and why (issue 61): per workload its share and blocks, the workloads
+    with no share (never measured), how the measurement ended and each block's reason."""
+    if bench is None:
+        return None
+    rows = [b for b in bench.get("blocks") or () if b.get("type") != "fail"]
+    outcome = bench.get("outcome") or {}
+    per_wl: dict[str, dict[str, Any]] = {w: {"share": round(v, 4), "blocks": 0} for w, v in (shares or {}).items()}
+    for b in rows:
+        per_wl.setdefault(str(b.get("workload")), {"share": None, "blocks": 0})["blocks"] += 1
+    return {
+        "workloads": per_wl, "not_measured": list(outcome.get("unshared") or []),
+        "ended": outcome.get("ended"), "allocation": outcome.get("allocation"),
+        "why": [f"block {int(b.get('index', 0)) + 1}: {b['plan']}" for b in rows if b.get("plan")],
     }
 
 

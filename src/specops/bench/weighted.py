@@ -1,0 +1,191 @@
+"""The speedup of a mix of workloads **weighted by time**, with an interval whose variance comes from every task.
+
+The figure. For a mix with request shares w_k (normalised: Σ w_k = 1) the time the service spends decoding is
+Σ_k w_k·T_k, with T_k a request's decode time in workload k, so the mix's speedup over plain decoding is
+
+    S = Σ_k w_k·E[T_plain,k] / Σ_k w_k·E[T_spec,k]
+
+Derivation from the paired per-task ratios r_i (the candidate's tok/s ÷ plain decoding's on task i, paired in the
+same blocks). A request of L tokens takes T_plain,i = L / v_plain,i and T_spec,i = L / v_spec,i = T_plain,i / r_i.
+With the same tokens per request and the same plain time per request T in every workload (the measurement sends
+--max-tokens to every request, and plain decoding runs at one rate), E[T_spec,k] = T·mean_{i∈k}(1/r_i) = T / H_k,
+H_k the **harmonic** mean of workload k's ratios, so
+
+    S = Σ_k w_k·T / Σ_k (w_k·T / H_k) = 1 / Σ_k (w_k / H_k)
+
+a share-weighted harmonic mean: a workload the candidate slows down costs more time than an equal gain elsewhere
+saves (ratios 2.0 and 0.5 at half each: S = 0.8, while their geometric mean reads 1.0 and their mean 1.25).
+
+In general, for arm a against reference b: per task the relative times a_i, b_i (1/r_i, and 1 for plain decoding
+itself), A = Σ_k w_k·mean_k(a), B = Σ_k w_k·mean_k(b), and S = B / A.
+
+The interval: a **confidence interval for the mix's mean speedup S** (not a prediction for a new request), at
+``level`` (95% by default). The delta method on log S, workloads independent:
+
+    Var(log S) ≈ Σ_k (w_k² / n_k)·σ²_k,    σ²_k the variance of d_i = b_i/B − a_i/A over workload k's tasks
+
+(log S = log B − log A; a task's share of B is w_k·b_i/n_k, of A w_k·a_i/n_k). With each workload's own sample
+variance s²_k in σ²_k's place (V_own = Σ_k w_k²·s²_k/n_k) and the Welch–Satterthwaite degrees of freedom, which
+is the rule before issue 61 (:func:`welch`), 2–3 tasks per workload give 1–2 degrees of freedom and t quantiles of
+4–12: an interval several times wider than the data. With few tasks the spread is therefore **pooled** over the
+workloads with a share: with n tasks in all over K such workloads,
+
+    s²_p = Σ_k Σ_{i∈k} (d_ki − mean_k(d))² / (n − K),    V_pooled = s²_p·Σ_k w_k² / n_k,    df = n − K
+
+and the interval is S·exp(±t·√V), t Student's two-sided ``level`` quantile at df: every task counts towards s²_p,
+and the degrees of freedom are those of the whole sample (4–8 for 2–3 tasks of four workloads). A workload with a
+single task counts towards the estimate and n and adds nothing to the sum of squares; with n − K < 1 there is no
+interval, and where every task of every workload agrees exactly the interval is the point.
+
+Unequal spreads. Pooling assumes one spread in every workload; the measured ones differ (the CPU tune's edits
+spread 0.16 in log ratio, its other workloads 0.01–0.03). Where the spreads differ and the shares or the counts do
+too, V_pooled is biased: a mix dominated by a workload of wide spread reads too narrow (70/30 with spreads 0.20 and
+0.06: 88–90% coverage at a nominal 95%, however many tasks), one dominated by a narrow workload too wide (the CPU
+run's futility stops left prose 3 tasks against the edits' 6: V_pooled twice V_own). So the rule is:
+
+- where V_own carries :data:`WELCH_FROM` (4) degrees of freedom or more by Welch–Satterthwaite (rounded down), the
+  interval is V_own at those: the rule before, which needs no common spread and, with that many degrees of
+  freedom, is about as narrow as pooling (t ≤ 2.78). With 5 tasks or more in every workload it always has them;
+- below that (issue 61 item 4's case: 1–3 degrees of freedom, t of 3.2–12.7), the larger of V_pooled and V_own
+  (s²_p in V_own for a workload of one task), at df = n − K. With equal shares and equal counts the two are the
+  same number; where a wide workload dominates, V_own counts its spread at its share.
+
+What this still costs: with 2–3 tasks per workload and spreads that differ a lot, the whole sample's degrees of
+freedom overstate what the dominant workload's few tasks tell of its spread, and the interval covers less than its
+level. ``scripts/sim-mix-coverage`` measures the rule at 2, 3, 4, 6 and 12 tasks per workload against the pooled
+variance alone and the rule before (docs/measurements.md, 2026-12-01): 94–96% where the spreads agree, 91–97%
+with spreads of 0.06–0.20, 85–89% with the CPU tune's at 2–3 tasks, and 94–96% from 6 tasks per workload on in
+every case.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from specops.bench.stats import Interval, mean, t_quantile
+
+# From this many Welch–Satterthwaite degrees of freedom on, each workload's own variance (the rule before issue 61):
+# the data then tell the spreads apart, and the simulation holds its coverage there (module docstring).
+WELCH_FROM = 4
+
+
+class WeightError(ValueError):
+    """A mix or its times that cannot be weighed (one line). :class:`specops.tune.mix.MixError` is this class."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One workload of the mix: its normalised share, its number of tasks, and the sum of squares of its linearised
+    terms d_i = b_i/B − a_i/A about their mean."""
+
+    share: float
+    tasks: int
+    squares: float
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What the interval is made of: the estimate B / A, the number of tasks n over the workloads with a share, and
+    each such workload's :class:`Part`."""
+
+    estimate: float
+    n: int
+    parts: tuple[Part, ...]
+
+
+def terms(times: Mapping[str, Sequence[tuple[float, float]]], shares: Mapping[str, float]) -> Terms:
+    """The estimate and the per-workload sums of squares. ``times``: per workload, per task (a_i, b_i), each side's
+    decode time per request relative to plain decoding's (1 / ratio; 1 for plain decoding itself). ``shares``: any
+    non-negative weights, normalised here, zero shares left out; every workload with a share needs at least one
+    task (:class:`WeightError` otherwise)."""
+    total = sum(s for s in shares.values() if s > 0)
+    if total <= 0:
+        raise WeightError("the mix has no workload with a share above zero")
+    w = {k: s / total for k, s in shares.items() if s > 0}
+    missing = [k for k in w if not times.get(k)]
+    if missing:
+        raise WeightError(f"no measured task of workload(s) {', '.join(missing)} in the mix")
+    a_tot = sum(w[k] * mean([a for a, _ in times[k]]) for k in w)
+    b_tot = sum(w[k] * mean([b for _, b in times[k]]) for k in w)
+    parts = []
+    for k in w:
+        d = [b / b_tot - a / a_tot for a, b in times[k]]
+        m = mean(d)
+        parts.append(Part(w[k], len(d), sum((x - m) ** 2 for x in d)))
+    return Terms(b_tot / a_tot, sum(p.tasks for p in parts), tuple(parts))
+
+
+def _interval(est: float, var: float, df: int, n: int, level: float) -> Interval:
+    if var <= 0:
+        return Interval(est, est, est, n)
+    half = t_quantile(level, df) * math.sqrt(var)
+    return Interval(est, est * math.exp(-half), est * math.exp(half), n)
+
+
+def pooled_variance(t: Terms) -> float | None:
+    """s²_p·Σ w_k²/n_k, Var(log S) if every workload's terms had the one spread; None where n − K < 1."""
+    df = t.n - len(t.parts)
+    if df < 1:
+        return None
+    s2 = sum(p.squares for p in t.parts) / df
+    return s2 * sum(p.share**2 / p.tasks for p in t.parts)
+
+
+def own_variance(t: Terms) -> float | None:
+    """Σ w_k²·s²_k/n_k with each workload's own s²_k (s²_p for a workload of one task); None where n − K < 1."""
+    df = t.n - len(t.parts)
+    if df < 1:
+        return None
+    s2 = sum(p.squares for p in t.parts) / df
+    return sum(p.share**2 / p.tasks * (p.squares / (p.tasks - 1) if p.tasks > 1 else s2) for p in t.parts)
+
+
+def variance(t: Terms) -> tuple[float, int] | None:
+    """The rule's Var(log S) and its degrees of freedom (module docstring); None where n − K < 1. Where the
+    workloads' own variances carry :data:`WELCH_FROM` degrees of freedom or more by Welch–Satterthwaite, theirs
+    (:func:`welch_variance`); below, the larger of :func:`pooled_variance` and :func:`own_variance` at n − K."""
+    welch = welch_variance(t)
+    if welch is not None and math.floor(welch[1]) >= WELCH_FROM:
+        return welch[0], math.floor(welch[1])
+    pooled, own = pooled_variance(t), own_variance(t)
+    if pooled is None or own is None:
+        return None
+    return max(pooled, own), t.n - len(t.parts)
+
+
+def welch_variance(t: Terms) -> tuple[float, float] | None:
+    """Σ w_k²·s²_k/n_k and its Welch–Satterthwaite degrees of freedom; None where a workload has one task."""
+    if any(p.tasks < 2 for p in t.parts):
+        return None
+    cs = [(p.share**2 * p.squares / (p.tasks - 1) / p.tasks, p.tasks - 1) for p in t.parts]
+    var = sum(c for c, _ in cs)
+    if var <= 0:
+        return 0.0, float(t.n - len(t.parts))
+    return var, var**2 / sum(c**2 / dof for c, dof in cs)
+
+
+def speedup(times: Mapping[str, Sequence[tuple[float, float]]], shares: Mapping[str, float],
+            level: float = 0.95) -> Interval:
+    """The mix's speedup of arm a over reference b, B / A, with its ``level`` confidence interval for the mean
+    speedup (:func:`variance`, module docstring); no interval where n − K < 1."""
+    t = terms(times, shares)
+    got = variance(t)
+    if got is None:
+        return Interval(t.estimate, None, None, t.n)
+    var, df = got
+    return _interval(t.estimate, var, df, t.n, level)
+
+
+def welch(times: Mapping[str, Sequence[tuple[float, float]]], shares: Mapping[str, float],
+          level: float = 0.95) -> Interval:
+    """The rule before issue 61 (kept for the simulation and the tests that compare): each workload's own variance,
+    Student's t at the Welch–Satterthwaite degrees of freedom (rounded down); no interval where a workload of the
+    mix has one task."""
+    t = terms(times, shares)
+    got = welch_variance(t)
+    if got is None:
+        return Interval(t.estimate, None, None, t.n)
+    var, df = got
+    return _interval(t.estimate, var, max(1, math.floor(df)), t.n, level)

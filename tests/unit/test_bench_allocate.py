@@ -1,0 +1,152 @@
+"""The plan follows the shares (issue 61): a workload without a share is never planned, the blocks go where the
+whole figure narrows most (share × spread, planned again after every block), and the measurement ends when every
+candidate is decided on the whole figure. Replayed on the CPU tune's recorded blocks (tests/fixtures/cpu-tune-blocks)
+and on synthetic ratios."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from specops.bench import allocate
+from specops.bench.arms import AA, BASELINE
+from specops.bench.design import FUTILITY, STOPS, WHOLE, Design
+
+pytestmark = pytest.mark.fast
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "cpu-tune-blocks"
+MOD = "exact-ngram-mod"
+
+
+def recorded(name: str) -> dict[str, dict[str, dict[str, float]]]:
+    """``{workload: {task: {server: decode tok/s}}}`` of a recorded CPU tune."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for line in (FIXTURES / name).read_text().splitlines():
+        rec = json.loads(line)
+        out.setdefault(rec["workload"], {})[rec["task"]] = {a: r["decode_tps"] for a, r in rec["results"].items()}
+    return out
+
+
+def tune_design(tasks: dict[str, list[str]], shares: dict[str, float] | None, arms: tuple[str, ...] = (MOD,)
+                ) -> Design:
+    """The design as the tune sets it: futility stops after 3 tasks, the identity stop."""
+    return Design(list(arms), tasks, min_tasks=3, stop_on=tuple(s for s in STOPS if s in FUTILITY),
+                  identity_stop=True, shares=shares)
+
+
+def replay(d: Design, rates: dict[str, dict[str, dict[str, float]]], limit: int = 200) -> list[str]:
+    """Run the design on recorded rates (the task's recorded tok/s per server, whatever servers the block names):
+    the workloads of the blocks, in order."""
+    order = []
+    while (b := d.next_block(0)) is not None and len(order) < limit:
+        rec = rates[b.workload][b.task]
+        tps = {a: rec.get(a) or rec[BASELINE] for a in b.arms}
+        d.add(b, tps, {a: "same" for a in b.arms})
+        order.append(b.workload)
+    return order
+
+
+def synthetic(mu: dict[str, float], sd: dict[str, float], n: int, seed: int = 7
+              ) -> dict[str, dict[str, dict[str, float]]]:
+    rng = random.Random(seed)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for w in mu:
+        for i in range(n):
+            base = 10.0 * math.exp(rng.gauss(0, 0.01))
+            out.setdefault(w, {})[f"{w}-{i:02d}"] = {BASELINE: base, AA: base * math.exp(rng.gauss(0, 0.01)),
+                                                     MOD: base * math.exp(rng.gauss(mu[w], sd[w]))}
+    return out
+
+
+def test_a_workload_without_a_share_is_never_planned_and_the_progress_line_says_so() -> None:
+    """The trial's mix {edit: 70, prose: 30} over a file of code, edits, prose and tool calls: no block measures
+    code or tool calls, and the allocation line names them with share 0."""
+    rates = synthetic({"code": 0.0, "edit": 0.15, "prose": -0.02, "tool_calls": 0.0},
+                      {"code": 0.1, "edit": 0.2, "prose": 0.05, "tool_calls": 0.05}, 12)
+    d = tune_design({w: list(ts) for w, ts in rates.items()}, {"code": 0, "edit": 0.7, "prose": 0.3})
+    order = replay(d, rates)
+    assert set(order) == {"edit", "prose"}, order
+    assert d.unshared == ["code", "tool_calls"]
+    line = d.allocation()
+    assert line.startswith(f"edit {order.count('edit')} of 12, prose {order.count('prose')} of 12")
+    assert line.endswith("code share 0, tool_calls share 0"), line
+    with pytest.raises(ValueError, match="no workload with a share"):
+        tune_design({"code": ["c1"]}, {"edit": 1.0})
+
+
+def test_the_blocks_follow_share_times_spread_on_the_recorded_cpu_tune() -> None:
+    """The 12-task CPU tune's recorded rates (ngram-mod against the unit's plain decoding): with a 70/30 mix the
+    edits (share 0.70, their ratios spreading ~0.13 on the log scale) get most of the blocks, prose (0.30, ~0.03) only
+    its warm-up and little more, and every block's reason is kept."""
+    rates = recorded("demo-limit12-20261128c.jsonl")
+    d = tune_design({w: list(ts) for w, ts in rates.items()}, {"edit": 0.7, "prose": 0.3})
+    order = replay(d, rates)
+    assert order[:4].count("edit") == 2 and order[:4].count("prose") == 2, order  # the warm-up: 2 each
+    assert order.count("edit") > 2 * order.count("prose"), order
+    assert all(d.why[i] for i in range(len(order)))
+    assert "warm-up" in d.why[0]
+    assert any("narrows the whole figure most" in d.why[i] for i in range(4, len(order)))
+
+
+def test_neyman_in_the_long_run() -> None:
+    """Planned block by block, the counts end near n_k ∝ w_k·s_k (Neyman's allocation): shares 0.5/0.5 with spreads
+    0.3 and 0.1 give about three tasks of the spread one per task of the other (a little less: the smaller
+    spread is shrunk toward the pooled one)."""
+    done = {"a": 2, "b": 2}
+    for _ in range(200):
+        wl, _why = allocate.pick({"a": 0.5, "b": 0.5}, done, {"a": (0.3, done["a"] - 1), "b": (0.1, done["b"] - 1)},
+                                 ["a", "b"])
+        done[wl] += 1
+    assert 2.5 < done["a"] / done["b"] < 3.5, done
+
+
+def test_a_spread_from_two_agreeing_tasks_does_not_starve_a_workload() -> None:
+    """Two tasks that happen to agree (spread 0) are shrunk toward the pooled spread: the workload still gets
+    blocks once the other one has many."""
+    done = {"a": 2, "b": 12}
+    wl, _ = allocate.pick({"a": 0.5, "b": 0.5}, done, {"a": (0.0, 1), "b": (0.2, 11)}, ["a", "b"])
+    assert wl == "a"
+
+
+def test_the_measurement_ends_when_the_whole_figure_is_decided() -> None:
+    """A candidate clearly faster on the whole stops there (faster on the whole) long before the tasks run out, and
+    one that cannot gain 5% stops as futile: the design then hands out no block (the tune ends early)."""
+    tasks_n = 15
+    for mu, stop in ((0.4, "faster"), (0.0, "no gain")):
+        rates = synthetic({"edit": mu, "prose": mu}, {"edit": 0.03, "prose": 0.03}, tasks_n)
+        d = tune_design({w: list(ts) for w, ts in rates.items()}, {"edit": 0.7, "prose": 0.3})
+        order = replay(d, rates)
+        assert len(order) < 2 * tasks_n, (mu, len(order))
+        assert d.next_block(0) is None
+        assert {st.stopped for st in d.status[MOD].values()} == {f"{stop} {WHOLE}"}, d.status
+
+
+def test_an_undecided_candidate_runs_until_its_tasks_are_used_up() -> None:
+    """A gain of about 5% with a wide spread is neither futile nor confident on 2×8 tasks: no early stop."""
+    rates = synthetic({"edit": 0.05, "prose": 0.05}, {"edit": 0.25, "prose": 0.25}, 8, seed=3)
+    d = tune_design({w: list(ts) for w, ts in rates.items()}, {"edit": 0.5, "prose": 0.5})
+    order = replay(d, rates)
+    assert len(order) == 16
+    assert {st.stopped for st in d.status[MOD].values()} == {"exhausted"}
+
+
+def test_output_that_differs_stops_the_candidate_everywhere() -> None:
+    rates = synthetic({"edit": 0.1, "prose": 0.1}, {"edit": 0.2, "prose": 0.2}, 8)
+    d = tune_design({w: list(ts) for w, ts in rates.items()}, {"edit": 0.5, "prose": 0.5})
+    b = d.next_block(0)
+    assert b is not None
+    d.add(b, {a: 10.0 for a in b.arms}, {a: ("other" if a == MOD else "same") for a in b.arms})
+    assert {st.stopped for st in d.status[MOD].values()} == {"output differs"}
+    assert d.next_block(0) is None
+
+
+def test_without_shares_the_bench_still_takes_turns() -> None:
+    rates = synthetic({"a": 0.1, "b": 0.1}, {"a": 0.2, "b": 0.2}, 4)
+    d = tune_design({w: list(ts) for w, ts in rates.items()}, None)
+    order = replay(d, rates)
+    assert order[:4] == ["a", "b", "a", "b"]
+    assert d.why == {}
