@@ -150,3 +150,31 @@ def test_without_shares_the_bench_still_takes_turns() -> None:
     order = replay(d, rates)
     assert order[:4] == ["a", "b", "a", "b"]
     assert d.why == {}
+
+
+def test_a_held_back_type_is_measured_beside_one_on_course_to_pay_on_the_same_tasks() -> None:
+    """Issue 61 item 2: ngram-simple held back; once ngram-mod is on course to clear 1 + 5% it is measured too, on
+    the tasks ngram-mod already ran first (paired on the same tasks), and the reason is kept. One that is not on
+    course never brings it in."""
+    simple = "exact-ngram-simple"
+    rates = synthetic({"edit": 0.25, "prose": 0.02}, {"edit": 0.1, "prose": 0.02}, 10)
+    rng = random.Random(5)
+    for w, tasks in rates.items():
+        for rec in tasks.values():
+            rec[simple] = rec[BASELINE] * math.exp(rng.gauss(0.3 if w == "edit" else 0.0, 0.1))
+    d = Design([MOD, simple], {w: list(ts) for w, ts in rates.items()}, min_tasks=3,
+               stop_on=tuple(s for s in STOPS if s in FUTILITY), identity_stop=True,
+               shares={"edit": 0.7, "prose": 0.3}, reserve=[simple])
+    assert d.running() == [MOD] and {st.stopped for st in d.status[simple].values()} == {"reserve"}
+    replay(d, rates)
+    assert simple in d.activated and "on course" in d.activated[simple], d.activated
+    paired = set(d.task_ratios(simple)) & set(d.task_ratios(MOD))
+    assert len(paired) >= 6
+    flat = synthetic({"edit": 0.0, "prose": 0.0}, {"edit": 0.02, "prose": 0.02}, 10)
+    for tasks in flat.values():
+        for rec in tasks.values():
+            rec[simple] = rec[BASELINE]
+    d = Design([MOD, simple], {w: list(ts) for w, ts in flat.items()}, min_tasks=3,
+               stop_on=tuple(s for s in STOPS if s in FUTILITY), shares={"edit": 0.7, "prose": 0.3}, reserve=[simple])
+    replay(d, flat)
+    assert d.activated == {} and {st.stopped for st in d.status[simple].values()} == {"reserve"}

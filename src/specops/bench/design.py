@@ -58,6 +58,7 @@ WHOLE = "on the whole"  # suffix of a stop judged on the shares' whole figure ("
 # that happen to agree must not speak for it (a recorded CPU tune's first three edits read 1.02-1.04x, its other three
 # 1.08-1.42x)
 WHOLE_DF = 6
+RESERVED = "reserve"  # a held-back arm's status until it is measured
 
 
 def rel_half_width(iv: Interval) -> float:
@@ -127,6 +128,7 @@ class Design:
         stop_on: Iterable[str] = STOPS,
         shares: Mapping[str, float] | None = None,
         whole_level: float = 0.99,
+        reserve: Sequence[str] = (),
     ) -> None:
         if reps < 1:
             raise ValueError("reps must be >= 1")
@@ -162,6 +164,13 @@ class Design:
         # per (arm, workload): tasks whose answer differed from the reference's in the same block
         self.differs: dict[str, dict[str, set[str]]] = {}
         self.status = {a: {w: Status() for w in self.workloads} for a in self.arms}
+        # with shares: arms held back (in this order) until a running one is on course to clear the margin, then
+        # measured beside it one at a time (issue 61 item 2: the best type on the traffic that pays)
+        self.reserve = [a for a in reserve if a in self.status] if self.shares is not None else []
+        self.activated: dict[str, str] = {}  # reserve arm -> why it was measured
+        for a in self.reserve:
+            for st in self.status[a].values():
+                st.stopped = RESERVED
         # per (arm, workload, task): block ratios; baselines' A/A ratios under AA
         self.ratios: dict[str, dict[str, dict[str, list[float]]]] = {}
         self.blocks = 0
@@ -392,6 +401,32 @@ class Design:
                 st = self.status[ref][wl]
                 if st.stopped is None and all(self.status[d][wl].stopped is not None for d in dependents):
                     st.stopped = "reference no longer needed"
+        self._activate()
+
+    def _activate(self) -> None:
+        """With a reserve: once no held-back arm is being measured and a measured arm is on course to clear the
+        margin (its whole figure, or its figure on a workload with its warm-up, at least 1 + ``half_width``), the
+        next held-back arm is measured beside it on every workload with a share."""
+        pending = [a for a in self.reserve if a not in self.activated]
+        if not pending or any(a in self.running() for a in self.activated):
+            return
+        for arm in (a for a in self.arms if a not in self.reserve or a in self.activated):
+            if arm in self.references:
+                continue
+            whole = self.whole(arm)
+            why = ""
+            if whole is not None and whole.estimate >= 1 + self.half_width:
+                why = f"{arm} on course on the whole ({whole.estimate:.2f}×)"
+            for wl in self.workloads:
+                iv = self.interval(arm, wl)
+                if not why and iv is not None and iv.n >= self.warm and iv.estimate >= 1 + self.half_width:
+                    why = f"{arm} on course on {wl} ({iv.estimate:.2f}× on {iv.n} tasks)"
+            if why:
+                nxt = pending[0]
+                self.activated[nxt] = why
+                for st in self.status[nxt].values():
+                    st.stopped = None
+                return
 
     def early_stop(self, iv: Interval, extra: Iterable[str] = ()) -> str | None:
         """The first stop of :data:`STOPS` the interval settles that ``stop_on`` allows (None: keep running).

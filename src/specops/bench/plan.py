@@ -24,6 +24,7 @@ def design_def(opts: BenchSettings, by_wl: dict[str, list[str]], lineup: Lineup)
         "run_anyway": lineup.run_anyway, "fpc": opts.fixed_set, "aa_precision": opts.aa_precision,
         "identity_stop": opts.rule == "identical" and not opts.exhaustive, "stop_on": list(opts.stop_on),
         "shares": dict(opts.shares) if opts.shares else None, "whole_level": opts.whole_level,
+        "reserve": list(opts.reserve),
     }
 
 
@@ -33,7 +34,7 @@ def design(opts: BenchSettings, inputs: Inputs, lineup: Lineup, by_wl: dict[str,
     return Design(lineup.spec_arms, by_wl, reps=inputs.reps, min_tasks=dz["min_tasks"], half_width=opts.half_width,
                   seed=opts.seed, references=lineup.refs, aa_precision=opts.aa_precision, fpc=dz["fpc"],
                   identity_stop=dz["identity_stop"], stop_on=dz["stop_on"], shares=dz["shares"],
-                  whole_level=dz["whole_level"])
+                  whole_level=dz["whole_level"], reserve=dz["reserve"])
 
 
 def plan(opts: BenchSettings, inputs: Inputs, lineup: Lineup, dz: dict[str, Any], counts: dict[str, int],

@@ -524,7 +524,8 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
         store.save_json("rss.json", {**(store.load_json("rss.json") or {}), **pool.rss})
         store.save_json("outcome.json", {"ended": ended, "elapsed_s": round(clock() - t0, 1),
                                          "blocks": design.blocks,
-                                         **({"allocation": design.allocation(), "unshared": design.unshared}
+                                         **({"allocation": design.allocation(), "unshared": design.unshared,
+                                             "activated": design.activated}
                                             if design.shares is not None else {}),
                                          "status": {a: {w: st.stopped for w, st in rows.items()}
                                                     for a, rows in design.status.items()}})

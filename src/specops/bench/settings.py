@@ -60,6 +60,7 @@ class BenchSettings:
     # is not measured, the blocks follow share × spread and the stops look at the whole figure (bench.design)
     shares: tuple[tuple[str, float], ...] = ()
     whole_level: float = 0.99  # the whole figure's level for an early stop (a look after every block)
+    reserve: tuple[str, ...] = ()  # with shares: arms held back until a measured one is on course to clear the margin
     half_width: float = 0.05
     aa_precision: float = 0.025
     exhaustive: bool = False

@@ -35,7 +35,7 @@ def design_of(plan: dict[str, Any]) -> Design:
                   half_width=dz["half_width"], seed=plan["seed"], references=dz.get("references"),
                   fpc=dz.get("fpc", False), aa_precision=dz.get("aa_precision"),
                   identity_stop=dz.get("identity_stop", False), stop_on=dz.get("stop_on", STOPS),
-                  shares=dz.get("shares"), whole_level=dz.get("whole_level", 0.99))
+                  shares=dz.get("shares"), whole_level=dz.get("whole_level", 0.99), reserve=dz.get("reserve", ()))
 
 
 def load_results(store: ResultStore) -> tuple[dict[str, Any], Design, dict[str, dict[str, ArmWorkload]]]:

@@ -134,6 +134,10 @@ def _method_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--whole-level", type=float, default=D.whole_level, metavar="LEVEL",
                    help="with --shares: the whole figure's confidence level for an early stop, looked at after every "
                         "block (default 0.99: about Pocock's boundary for 10-20 looks)")
+    g.add_argument("--reserve", type=_strs, default=D.reserve, metavar="ARMS",
+                   help="with --shares: arms of --arms held back (comma list, in order) until a measured one is on "
+                        "course to clear 1 + --half-width, then measured beside it one at a time (specops tune: the "
+                        "candidates that stay open)")
     g.add_argument("--half-width", type=float, default=D.half_width,
                    help="an arm stops when its interval is within ±this of its estimate, or wholly below 1 + this "
                    "(no gain worth deploying); also when wholly above or below 1.0 (default 0.05)")

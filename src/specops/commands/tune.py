@@ -35,6 +35,12 @@ UNPROVEN = 3  # exit status: the live service was busy (before or during the tun
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _candidate_args(p)
+    _rest_args(p)
+
+
+def _candidate_args(p: argparse.ArgumentParser) -> None:
+    """Which candidates: the models, the build, the lengths and types, the shortlist and what stays open."""
     p.add_argument("--target", type=Path, required=True, help="target GGUF")
     p.add_argument("--draft", type=Path, help="draft GGUF (draft-length candidates need one)")
     p.add_argument("--llama-prefix", type=Path,
@@ -53,6 +59,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="candidates measured against plain decoding besides llama.cpp's own default (default: 3 "
                         "on a GPU build; 1 on a CPU build, where every candidate's request costs seconds in every "
                         "block: the engine's default alone when nothing is predicted to pay, the others stay open)")
+    p.add_argument("--reserve", type=int, default=2, metavar="N",
+                   help="of the candidates that stay open (the other n-gram types on a CPU build, draft lengths within "
+                        "the predictions' error), measure up to N, one at a time, beside a candidate that is on "
+                        "course to clear the margin: ngram-simple, then map-k, then by prediction (default 2)")
+
+
+def _rest_args(p: argparse.ArgumentParser) -> None:
+    """How it measures and decides, and where results go."""
     p.add_argument("--ngram-probes", choices=("auto", "yes", "no"), default="auto",
                    help="probe each n-gram type before the measurement (auto: on a GPU build only; on a CPU build a "
                         "probe costs a server start and ~30 s, and its one-prompt prediction was 14-21%% off: the "

@@ -169,8 +169,14 @@ def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None,
            short: Shortlist) -> tuple[list[decide.Measured], decide.Choice, dict[str, str]]:
     """The measured candidates, the choice and what each workload would prefer; what stays open (shortlisted and
     not measured, undecided) is said in ``s.open``."""
-    shortlisted = short.shortlisted
-    measured, choice, per_wl = _from_blocks(args, results, shortlisted, short.measured, (s.shares, s.shares_how))
+    # the candidates held back that were measured (one was on course to clear the margin): in the choice, no longer
+    # open
+    ran = set(evidence.Blocks(results["blocks"]).arms) if results and results.get("blocks") else set()
+    extra = [n for n in short.reserve if n in ran]
+    s.open[:] = [line for line in s.open if not any(line.startswith(f"{n}: ") for n in extra)]
+    shortlisted = short.shortlisted + extra
+    measured, choice, per_wl = _from_blocks(args, results, shortlisted, short.measured + extra,
+                                            (s.shares, s.shares_how))
     unmeasured = [n for n in shortlisted if n not in {m.name for m in measured}]
     if results is not None and unmeasured:
         ended = (results.get("outcome") or {}).get("ended", "?")

@@ -185,13 +185,18 @@ class Choice:
                 "weighed": self.weighed, "to_settle_min": self.to_settle_min}
 
 
-def cost(name: str) -> tuple[int, int]:
+ENGINE_DEFAULT_TYPES = frozenset({"ngram-mod"})  # llama.cpp's own default type (--spec-default at 0c1e57098)
+
+
+def cost(name: str) -> tuple[int, int, int]:
     """How much a profile costs to serve, for breaking ties: plain decoding, then a profile without a draft model
-    (n-gram types, llama.cpp's default, the target's own MTP head), then a draft model; a shorter draft first."""
+    (n-gram types, llama.cpp's default, the target's own MTP head), then a draft model; a shorter draft first;
+    among equals llama.cpp's own default type first (what a later llama.cpp keeps tuning for)."""
     if name == PLAIN:
-        return (0, 0)
+        return (0, 0, 0)
     arm = parse_arm(name)
-    return (1 if arm.draft is None else 2, arm.n_max or 0)
+    default = 0 if arm.profile.get("spec_type") in ENGINE_DEFAULT_TYPES else 1
+    return (1 if arm.draft is None else 2, arm.n_max or 0, default)
 
 
 def overlaps(a: Interval, b: Interval) -> bool:

@@ -25,12 +25,12 @@ REQUEST_SLACK = 1.5  # a measured request against the plain probe's time per tok
 
 
 def settings(s: Setup, args: argparse.Namespace, names: list[str], minutes: float,
-             plain_s_per_token: float = 0.0) -> BenchSettings:
+             plain_s_per_token: float = 0.0, reserve: list[str] | None = None) -> BenchSettings:
     """The bench run that measures ``names`` within ``minutes``: the unit's plain decoding as the reference, no
     ceiling (the tune priced it already), a fresh work dir, no inventory variables."""
     guess = REQUEST_SLACK * args.max_tokens * plain_s_per_token
     return BenchSettings(
-        target=Path(args.target), llama_prefix=s.prefix, arms=",".join(names), no_ceiling=True,
+        target=Path(args.target), llama_prefix=s.prefix, arms=",".join([*names, *(reserve or [])]), no_ceiling=True,
         budget=float(f"{minutes:.2f}"), limit_per_workload=args.limit_per_workload,
         # futility only: after 3 tasks of a workload a candidate stops there when it is slower or cannot gain the
         # bench's half-width (safe: such a stop can only leave plain decoding served on it), so the rest of the
@@ -51,13 +51,14 @@ def settings(s: Setup, args: argparse.Namespace, names: list[str], minutes: floa
         workloads=(tuple(s.shares) if s.shares else
                    tuple(w.strip() for w in (args.workloads or "").split(",") if w.strip())),
         shares=tuple(s.shares.items()) if s.shares else (),
+        reserve=tuple(reserve or ()) if s.shares else (),
         tasks=tuple(Path(p) for p in args.tasks or ()), threads=args.threads or None,
         synth_rates=tuple(args.synth_rates), quiet=bool(args.quiet),
     )
 
 
 def measure(s: Setup, args: argparse.Namespace, names: list[str],
-            plain_s_per_token: float = 0.0) -> dict[str, Any] | None:
+            plain_s_per_token: float = 0.0, reserve: list[str] | None = None) -> dict[str, Any] | None:
     """The shortlist side by side with plain decoding: the bench's results (what its results.json holds), or None
     where nothing was measured (said in ``s.open``); a measurement cut by SIGINT or SIGTERM stops the tune."""
     # the bench's own report, the measurement at N streams (--parallel > 1) and the result fit inside the budget;
@@ -69,7 +70,7 @@ def measure(s: Setup, args: argparse.Namespace, names: list[str],
     if minutes < 0.5:
         s.open.append(f"{', '.join(names)}: not measured (budget spent before the measurement)")
         return None
-    opts = settings(s, args, names, minutes, plain_s_per_token)
+    opts = settings(s, args, names, minutes, plain_s_per_token, reserve)
     s.meter.update("measure", f"{', '.join(names)} side by side with plain decoding", s.left())
     out = session.measure(opts, progress.MeasureProgress(s.meter, s.left, quiet=args.quiet))
     s.meter.leash.measured(out.status)  # the bench's exit 130 (SIGINT, SIGTERM) stops the tune

@@ -43,7 +43,7 @@ def tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     short = predict.shortlist(s, args, preds)
     bench = None
     if short.measured and not args.predict_only:
-        bench = measure.measure(s, args, short.measured, found[PLAIN_ARM].run.seconds_per_token)
+        bench = measure.measure(s, args, short.measured, found[PLAIN_ARM].run.seconds_per_token, short.reserve)
         t = s.phase("measure", t)
     s.meter.update("choose", "from the paired blocks" if bench is not None else "nothing measured", s.left())
     measured, choice, per_wl = choose.choose(s, args, bench, short)

@@ -5,7 +5,7 @@ what cannot clear plain decoding by the margin is dropped."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specops.bench.arms import parse_arm
 from specops.bench.costmodel import Overheads, StepCosts, fit_overheads
@@ -66,6 +66,9 @@ class Shortlist:
     shortlisted: list[str]
     dropped: dict[str, str]
     compared: list[str]
+    # what stays open (within the predictions' error, or unpredicted), held back and measured beside a candidate
+    # once one is on course to clear the margin (issue 61 item 2), in llama.cpp's per-type order, then predicted
+    reserve: list[str] = field(default_factory=list)
 
     @property
     def measured(self) -> list[str]:
@@ -80,4 +83,21 @@ def shortlist(s: Setup, args: argparse.Namespace, preds: list[decide.Prediction]
     compared = [p.name for p in preds if args.measure_all and p.predicted is not None and p.name not in shortlisted]
     s.meter.update("predictions", f"{len(preds)} candidates predicted, shortlisted: {', '.join(shortlisted) or 'none'}",
                    s.left())
-    return Shortlist(shortlisted, dropped, compared)
+    return Shortlist(shortlisted, dropped, compared, reserve(preds, dropped, compared, args.reserve))
+
+
+RESERVE_ORDER = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache")  # llama.cpp's per-type defaults
+
+
+def reserve(preds: list[decide.Prediction], dropped: dict[str, str], compared: list[str], most: int) -> list[str]:
+    """The candidates that stay open, at most ``most`` (--reserve): the n-gram types in llama.cpp's order (ngram-simple,
+    then map-k), then the others by prediction, best first."""
+    open_ = [p for p in preds if p.name in dropped and dropped[p.name].endswith("stays open")
+             and p.name not in compared]
+
+    def rank(p: decide.Prediction) -> tuple[int, float]:
+        kind = str(parse_arm(p.name).profile.get("spec_type"))
+        order = RESERVE_ORDER.index(kind) if kind in RESERVE_ORDER else len(RESERVE_ORDER)
+        return order, -(p.predicted or 0.0)
+
+    return [p.name for p in sorted(open_, key=rank)][:max(0, most)]

@@ -40,7 +40,7 @@ def verdict(name: str, choice: decide.Choice, dropped: dict[str, str], measured:
         return "runner-up" + (" (tie)" if name in choice.tie else "")
     if name in choice.tie:
         return "tie"
-    if name in dropped:
+    if name in dropped and not measured:
         return dropped[name]
     if measured:
         return "measured"
@@ -109,6 +109,7 @@ def plan_record(bench: Mapping[str, Any] | None, shares: Mapping[str, float] | N
     return {
         "workloads": per_wl, "not_measured": list(outcome.get("unshared") or []),
         "ended": outcome.get("ended"), "allocation": outcome.get("allocation"),
+        "measured_beside": dict(outcome.get("activated") or {}),  # held back, then measured: why
         "why": [f"block {int(b.get('index', 0)) + 1}: {b['plan']}" for b in rows if b.get("plan")],
     }
 
