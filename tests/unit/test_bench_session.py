@@ -49,11 +49,10 @@ def _old_argv(s: SimpleNamespace, args: argparse.Namespace, chosen: list[str], m
         argv += ["--request-guess", f"{1.5 * args.max_tokens * plain_s_per_token:.2f}"]
     if args.draft:
         argv += ["--draft", str(args.draft)]
-    if s.shares:  # the plan follows the shares (issue 61): only the workloads with one are loaded
-        argv += ["--workloads", ",".join(s.shares),
-                 "--shares", ",".join(f"{w}={v}" for w, v in s.shares.items())]
-    elif args.workloads:
+    if args.workloads:
         argv += ["--workloads", args.workloads]
+    if s.shares:  # the plan follows the shares (issue 61)
+        argv += ["--shares", ",".join(f"{w}={v}" for w, v in s.shares.items())]
     for path in args.tasks or ():
         argv += ["--tasks", str(path)]
     if args.threads:

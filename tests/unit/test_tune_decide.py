@@ -7,6 +7,7 @@ import pytest
 
 from specops.bench.costmodel import fit_overheads
 from specops.bench.stats import Interval, geomean_ratio_ci
+from specops.tune import decide
 from specops.tune.decide import PLAIN, Measured, Prediction, Probe, choose, draft_arm, predict, shortlist
 from tests.unit import h100_runs as h
 
@@ -140,3 +141,24 @@ def test_the_engines_default_unpredicted_is_measured_whatever_the_room():
     assert chosen == ["exact-n12", "exact-n16", "exact-ngram-mod"]
     assert dropped["exact-ngram-simple"].endswith("no room left: stays open")
     assert "exact-ngram-mod" not in dropped
+
+
+def test_a_cheaper_tie_member_that_pays_is_served_when_the_best_is_not_confident() -> None:
+    """Issue 62 item 3, the first gap: ngram-mod [1.05, 1.15] beside n8 1.20 [0.97, 1.48] (a tie): ngram-mod is
+    confidently faster and may clear the margin, so it is served, not plain decoding."""
+    mod = decide.Measured("exact-ngram-mod", Interval(1.10, 1.05, 1.15, 12), True)
+    n8 = decide.Measured("exact-n8", Interval(1.20, 0.97, 1.48, 12), True)
+    choice = decide.choose([n8, mod])
+    assert choice.chosen == "exact-ngram-mod" and choice.settled, choice
+    assert "exact-n8 not: not confidently faster" in choice.reason
+
+
+def test_a_tie_member_confidently_under_the_margin_is_never_served() -> None:
+    """Issue 62 item 3, the second gap: ngram-mod 1.02 [1.01, 1.04] over n8 [1.03, 1.17]: ngram-mod is cheaper but
+    cannot gain 5%: n8 is served."""
+    mod = decide.Measured("exact-ngram-mod", Interval(1.02, 1.01, 1.04, 12), True)
+    n8 = decide.Measured("exact-n8", Interval(1.10, 1.03, 1.17, 12), True)
+    choice = decide.choose([n8, mod])
+    assert choice.chosen == "exact-n8", choice
+    alone = decide.choose([mod])
+    assert alone.chosen == decide.PLAIN and alone.settled

@@ -67,6 +67,9 @@ def test_only_a_confident_gain_at_n_stands() -> None:
     assert (stands, settled) == (False, True) and why.startswith("slower at 2 streams: ")
     stands, settled, why = streams.verdict(at(1.03, 0.95, 1.12))
     assert (stands, settled) == (False, False) and why.endswith("the interval reaches both sides of plain decoding")
+    # issue 62 item 2: the margin at N as at one stream: 1.02x [1.005, 1.04] is faster, but not by what may pay
+    stands, settled, why = streams.verdict(at(1.02, 1.005, 1.04))
+    assert (stands, settled) == (False, True) and why.startswith("no gain worth deploying at 2 streams: ")
     stands, settled, why = streams.verdict(streams.AtN(2, "x", Interval(1.5, None, None, 1), blocks=1))
     assert (stands, settled) == (False, False) and "too few blocks" in why
     assert streams.AtN(2, "x", None).to_dict()["measured"] == "not measured"

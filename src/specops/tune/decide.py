@@ -220,20 +220,27 @@ def _usable(measured: Sequence[Measured], need_identical: bool) -> tuple[list[Me
     return usable, left
 
 
+def deployable(iv: Interval, margin: float) -> bool:
+    """Confidently faster than plain decoding, and not confidently under 1 + ``margin``: what may be served."""
+    return iv.significantly_above(1.0) and not iv.significantly_below(1.0 + margin)
+
+
 def choose(measured: Sequence[Measured], need_identical: bool = True, margin: float = 0.05,
            paired: Callable[[str, str], Interval | None] | None = None, left_out: Sequence[str] = ()) -> Choice:
-    """The decision, with ties said and broken toward the cheaper profile.
+    """The decision, with ties said and broken toward the cheaper profile: **one rule** for every tie member.
 
-    The best is the fastest usable candidate (an interval, identical output under the identity rule). Its **tie** is
-    every usable candidate whose interval overlaps the best's, and plain decoding when the best is not confidently
-    faster than plain decoding. Plain decoding in the tie: plain decoding is served, *settled* when the best cannot
-    gain ``margin`` (its interval lies below 1 + margin) and *undecided* otherwise. A best confidently faster than
-    plain decoding but confidently below 1 + ``margin`` is not worth deploying either (the bench's *no gain*, the
-    tune's futility stop): plain decoding, settled; two runs of the same tune otherwise chose a 1.03x [1.01, 1.05]
-    in one and plain decoding for a 1.00x [0.96, 1.05] in the next, both saying "under 5%". Else the cheapest tie member
-    (:func:`cost`) that is itself confidently faster than plain decoding is chosen. ``paired(a, b)``: a ÷ b in the same
-    blocks, for the record (the chosen against the runner-up). ``left_out``: what could not be compared at all
-    (never in a block with plain decoding), one line each, kept in the record."""
+    A candidate is *deployable* when its interval lies wholly above 1 (confidently faster than plain decoding) and not
+    wholly below 1 + ``margin`` (it may gain what deploying it is worth: a figure confidently under that is the bench's
+    *no gain*, the tune's futility stop; two runs of the same tune otherwise chose a 1.03x [1.01, 1.05] in one and
+    plain decoding for a 1.00x [0.96, 1.05] in the next). The best is the fastest usable candidate (an interval,
+    identical output under the identity rule); its **tie** is every usable candidate whose interval overlaps the
+    best's. The cheapest deployable tie member (:func:`cost`) is served, whether or not the best itself is deployable
+    (ngram-mod [1.05, 1.15] beside a wide n8 1.20 [0.97, 1.48]: ngram-mod) and never one that is not (ngram-mod
+    1.02 [1.01, 1.04] beside n8 [1.03, 1.17]: n8). With no deployable tie member plain decoding is served (plain
+    decoding in the tie): *settled* when the best cannot gain ``margin`` (its interval lies below 1 + margin) and
+    *undecided* otherwise. ``paired(a, b)``: a ÷ b in the same blocks, for the record (the chosen against the
+    runner-up). ``left_out``: what could not be compared at all (never in a block with plain decoding), one line
+    each, kept in the record."""
     figures = {m.name: m.speedup.fmt() for m in measured}
     usable, left = _usable(measured, need_identical)
     left = [*left_out, *left]
@@ -247,7 +254,8 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     names = tuple(m.name for m in tie)
     span = f"{min(float(m.speedup.low or 0) for m in tie):.2f}–{max(float(m.speedup.high or 0) for m in tie):.2f}×"
     small = best.speedup.significantly_below(1.0 + margin)  # confidently under what deploying it is worth
-    if not best.speedup.significantly_above(1.0) or small:
+    eligible = [m for m in tie if deployable(m.speedup, margin)]
+    if not eligible:
         settled = small
         others = [m for m in usable if m is not best]
         runner = max(others, key=lambda m: m.speedup.estimate).name if others else None
@@ -257,7 +265,6 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
         return Choice(PLAIN, best.name, f"{word} (best {best.name} {best.speedup.fmt()} against plain decoding, "
                                         f"{best.speedup.n} tasks)",
                       figures, (PLAIN, *names), settled, None, tuple(left))
-    eligible = [m for m in tie if m.speedup.significantly_above(1.0)]
     chosen = eligible[0]
     rest = [m for m in tie if m is not chosen] or [m for m in usable if m is not chosen]
     runner = max(rest, key=lambda m: m.speedup.estimate).name if rest else None
@@ -266,8 +273,9 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
         unproven = [m.name for m in tie if m not in eligible]
         reason += (f"; {', '.join(names)} tie at {span} (their intervals overlap the best's, {best.name} "
                    f"{best.speedup.fmt()}): {chosen.name} chosen, the cheapest"
-                   + (" confidently faster than plain decoding" if unproven else "")
-                   + (f" ({', '.join(unproven)} not confidently faster)" if unproven else ""))
+                   + (" confidently faster than plain decoding by what may pay" if unproven else "")
+                   + (f" ({', '.join(unproven)} not: not confidently faster, or confidently under 1 + {margin:.0%})"
+                      if unproven else ""))
     pair = paired(chosen.name, runner) if paired and runner else None
     pair_text = f"{chosen.name} ÷ {runner} = {pair.fmt()} paired in the same blocks" if pair else None
     return Choice(chosen.name, runner, reason, figures, names, True, pair_text, tuple(left))

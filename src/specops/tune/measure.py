@@ -46,10 +46,9 @@ def settings(s: Setup, args: argparse.Namespace, names: list[str], minutes: floa
         request_guess=float(f"{guess:.2f}") if plain_s_per_token > 0 else None,
         # without --draft the bench keeps its own default draft model in its plan (no candidate drafts with it)
         draft=Path(args.draft) if args.draft else default_model(DEFAULT_DRAFT),
-        # with shares (the mix, or the task set's own) a workload without one is never loaded, and the blocks
-        # follow share × spread, the stops the whole figure (specops.bench.design)
-        workloads=(tuple(s.shares) if s.shares else
-                   tuple(w.strip() for w in (args.workloads or "").split(",") if w.strip())),
+        # with shares (the mix, or the task set's own) a workload without one is never measured ("code share 0" in
+        # the progress line), the blocks follow share × spread and the stops the whole figure (specops.bench.design)
+        workloads=tuple(w.strip() for w in (args.workloads or "").split(",") if w.strip()),
         shares=tuple(s.shares.items()) if s.shares else (),
         reserve=tuple(reserve or ()) if s.shares else (),
         tasks=tuple(Path(p) for p in args.tasks or ()), threads=args.threads or None,

@@ -30,6 +30,7 @@ from specops.bench.runner import BenchConfig
 from specops.bench.stats import Interval, geomean_ratio_ci
 from specops.server import ServerProcess
 from specops.soak.saturation import PLAIN, SPEC, SaturationPlan, SaturationRunner
+from specops.tune.decide import deployable
 
 log = logging.getLogger(__name__)
 
@@ -130,13 +131,17 @@ def measure(cfg: BenchConfig, name: str, n: int, plan: SaturationPlan, log_dir: 
         blocks=len(ratios), seconds=result.duration_s, problems=tuple(level["problems"]))
 
 
-def verdict(at: AtN) -> tuple[bool, bool, str]:
-    """(the candidate stands at N, settled, why): it stands only when confidently faster than plain decoding at N."""
+def verdict(at: AtN, margin: float = 0.05) -> tuple[bool, bool, str]:
+    """(the candidate stands at N, settled, why): it stands only when deployable at N by the rule at one stream
+    (:func:`specops.tune.decide.deployable`: confidently faster than plain decoding, and not confidently under
+    1 + ``margin``; issue 62 item 2)."""
     what = f"{at.candidate} at {at.n} streams {at.fmt()} against plain decoding at {at.n} streams ({at.blocks} blocks)"
     if at.speedup is None or not at.speedup.has_ci:
         return False, False, f"undecided at {at.n} streams: {what}: too few blocks for an interval"
-    if at.speedup.significantly_above(1.0):
+    if deployable(at.speedup, margin):
         return True, True, what
+    if at.speedup.significantly_below(1.0 + margin) and not at.speedup.significantly_below(1.0):
+        return False, True, f"no gain worth deploying at {at.n} streams: {what}: wholly under 1 + {margin:.0%}"
     if at.speedup.significantly_below(1.0):
         return False, True, f"slower at {at.n} streams: {what}"
     return False, False, f"undecided at {at.n} streams: {what}: the interval reaches both sides of plain decoding"
