@@ -81,6 +81,10 @@ def test_a_file_too_large_to_ship(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     ({"edit": 1, "code": 1}, "llama_server_tune_mix={'edit': 1, 'code': 1}: names workload(s) code not in the task "
                              "set (it has: edit, prose)"),
     ({"edit": "lots"}, "llama_server_tune_mix={'edit': 'lots'}: the share of edit is not a number"),
+    # issue 61: every share on workloads the files do not hold (the files' workloads all outside the mix)
+    ({"code": 70, "tool_calls": 30, "edit": 0}, "llama_server_tune_mix={'code': 70, 'tool_calls': 30, 'edit': 0}: "
+                                                "names workload(s) code, tool_calls not in the task set (it has: "
+                                                "edit, prose)"),
 ])
 def test_a_mix_that_cannot_be_used(tmp_path: Path, shares: dict, why: str) -> None:
     edits = write(tmp_path, "edits.jsonl", [task(1), task(2, "prose")])

@@ -118,9 +118,9 @@ LOPSIDED = {"exact-n8": {"edit": 2.0, "prose": 0.8}, "exact-ngram-mod": {"edit":
 def test_the_mix_decides_where_a_mean_of_ratios_would_not():
     """Pooled (every task the same weight, a geometric mean), n8 reads best (1.26x against 1.17x), but its tasks'
     spread (2.0 and 0.8) leaves it undecided: ngram-mod, in its tie and confidently faster, is served (issue 62
-    item 3: the cheapest deployable tie member, not plain decoding). Equal shares weighted by time pick ngram-mod (n8: 1 / (0.5/2.0 +
-    0.5/0.8) = 1.14x; ngram-mod 1.17x); a 70/30 edit/prose mix picks n8 (1.38x), and the reason shows the
-    arithmetic."""
+    item 3: the cheapest deployable tie member, not plain decoding). Equal shares weighted by time pick ngram-mod
+    (n8: 1 / (0.5/2.0 + 0.5/0.8) = 1.14x; ngram-mod 1.17x); a 70/30 edit/prose mix picks n8 (1.38x), and the reason
+    shows the arithmetic."""
     blocks = _blocks(LOPSIDED)
     names = list(LOPSIDED)
     pooled = blocks.decide(names, BASELINE, need_identical=False)

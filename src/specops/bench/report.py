@@ -246,7 +246,7 @@ def _md_header(d: _Doc) -> list[str]:
     w(f"**Every ratio is against {plan.get('plain_reference') or 'the baseline server (spec_type none)'}** (the "
       "`baseline` row). Intervals are 95% "
       + ("for this fixed task set (finite-population correction)" if dz.get("fpc") else
-         "for a new request of the workload: the tasks' own spread and the A/A noise both count")
+         "confidence intervals for the workload's mean speedup: the tasks' own spread and the A/A noise both count")
       + ".\n")
     return L
 

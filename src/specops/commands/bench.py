@@ -117,7 +117,7 @@ def _method_args(p: argparse.ArgumentParser) -> None:
                    "none with --exhaustive); conclusions still open are reported as such")
     g.add_argument("--fixed-set", action="store_true",
                    help="intervals for this fixed task set (finite-population correction: with every task in, only "
-                        "measurement noise is left); by default an interval speaks for a new request of the workload")
+                        "measurement noise is left); by default an interval is for the workload's mean speedup")
     g.add_argument("--request-guess", type=float, default=D.request_guess, metavar="SECONDS",
                    help="how long one request is expected to take, for --budget's check of the first block (by "
                         "default the first block always runs); specops tune passes its probes' figure")

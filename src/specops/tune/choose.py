@@ -1,6 +1,6 @@
 """The tune's sixth step: the choice, from the measurement's paired blocks (:mod:`specops.tune.evidence`): every
-measured candidate against the unit's plain decoding with intervals for a new request, the fastest that is
-confidently faster (and identical in output under the identity rule) chosen from the shortlist, else plain
+measured candidate against the unit's plain decoding with confidence intervals for the mean speedup, the cheapest
+deployable tie member (identical in output under the identity rule) chosen from the shortlist, else plain
 decoding; per workload, what each would prefer.
 
 The whole figure weighs the workloads by ``--mix`` when given. Without one, over two workloads or more, by **the task

@@ -4,9 +4,10 @@ Every candidate is compared with **the unit's plain decoding** (speculation off,
 the bench's ``baseline`` under ``--plain unit``; ``exact-baseline`` in runs made before it), **paired in the same
 blocks**: per block the candidate's decode rate ÷ the reference's, per task the geometric mean over repetitions.
 
-The interval is a Student-t interval on the per-task log ratios with **no finite-population correction**: it speaks
-for a new request of the workload (the tasks' own spread counts in full, and so does the timing noise of both
-servers, which is in every paired ratio), not for the fixed set that happened to run. Without a mix the whole
+The interval is a Student-t interval on the per-task log ratios with **no finite-population correction**: a
+confidence interval for the workload's mean speedup (the tasks' own spread counts in full, and so does the timing
+noise of both servers, which is in every paired ratio), not only for the fixed set that happened to run; one new
+request spreads wider (a prediction interval). Without a mix the whole
 figure pools the tasks of every workload (each task weighs the same; the tune passes the task set's own shares
 as the mix instead where every workload has the tasks for it, :func:`specops.tune.choose.shares`). With a mix
 (each workload's share of the requests) it is the mix's speedup **weighted by time**, 1 / Σ_k (w_k / H_k) with H_k
