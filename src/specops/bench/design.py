@@ -392,7 +392,7 @@ class Design:
             iv = self.whole(arm, self.whole_level)
             if iv is None or not iv.has_ci:
                 continue
-            stop = self.early_stop(iv, extra=(FASTER,))
+            stop = self.whole_stop(iv)
             if stop is not None:
                 for st in rows.values():
                     st.stopped = st.stopped or f"{stop} {WHOLE}"
@@ -418,7 +418,9 @@ class Design:
             whole = self.whole(arm)
             why = ""
             course = 1 + 2 * self.half_width
-            if whole is not None and (whole.estimate >= course or whole.significantly_above(1.0)):
+            deployable = whole is not None and whole.significantly_above(1.0) \
+                and not whole.significantly_below(1.0 + self.half_width)
+            if whole is not None and (whole.estimate >= course or deployable):
                 why = f"{arm} on course on the whole ({whole.fmt()})"
             for wl in self.workloads:
                 iv = self.interval(arm, wl)
@@ -430,6 +432,16 @@ class Design:
                 for st in self.status[nxt].values():
                     st.stopped = None
                 return
+
+    def whole_stop(self, iv: Interval) -> str | None:
+        """The whole figure's stop: *slower*, then *no gain* (confidently under 1 + ``half_width``: a 1.02x [1.005,
+        1.035] is faster than plain decoding but not worth deploying, and stops as no gain), then *faster* (wholly
+        above 1 and not confidently under 1 + ``half_width``: what may be served)."""
+        if iv.significantly_below(1.0) and SLOWER in self.stop_on:
+            return SLOWER
+        if iv.significantly_below(1.0 + self.half_width) and NO_GAIN in self.stop_on:
+            return NO_GAIN
+        return FASTER if iv.significantly_above(1.0) else None
 
     def early_stop(self, iv: Interval, extra: Iterable[str] = ()) -> str | None:
         """The first stop of :data:`STOPS` the interval settles that ``stop_on`` allows (None: keep running).
