@@ -4,14 +4,17 @@ pooled over every task at n − K degrees of freedom where the workloads' own ca
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
 from specops.bench import weighted
-from specops.bench.stats import _T975, _T995, Interval, _t_solve, t975, t_cdf, t_quantile
+from specops.bench.stats import _T975, _T995, Interval, _t_solve, geomean_ratio_ci, t975, t_cdf, t_quantile
 from specops.tune import mix
+from specops.tune.evidence import Blocks
 
 pytestmark = pytest.mark.fast
 
@@ -182,3 +185,35 @@ def test_t_quantile_reads_the_tables_and_solves_other_levels():
             t_quantile(bad, 5)
     with pytest.raises(ValueError, match="degrees of freedom"):
         t_quantile(0.95, 0)
+
+
+@pytest.mark.parametrize("per_workload", [2, 3])
+def test_on_recorded_small_files_the_whole_interval_is_as_narrow_as_its_degrees_of_freedom_allow(per_workload):
+    """Issue 61 item 4's check on recorded blocks (tests/fixtures/cpu-tune-blocks, the CPU tune at 12 tasks a
+    workload) cut to 2-3 tasks per workload: the equal-share figure's half-width is no wider than the pooled
+    t-interval on the same paired ratios by more than the t quantiles (n − K against n − 1 degrees of freedom) and
+    the weighting (√(K·Σ w²/n_k·n/K)) explain, within the own-variance floor's margin (×1.5). The rule before read
+    several times wider."""
+    path = Path(__file__).parents[1] / "fixtures" / "cpu-tune-blocks" / "demo-limit12-20261128c.jsonl"
+    kept: dict[str, int] = {}
+    rows = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if kept.get(rec["workload"], 0) < per_workload:
+            kept[rec["workload"]] = kept.get(rec["workload"], 0) + 1
+            rows.append(rec)
+    blocks = Blocks(rows)
+    arm, ref = "exact-ngram-mod", "baseline"
+    shares = {w: 1 / len(kept) for w in kept}
+    times = blocks.relative_times(arm, ref)
+    whole = weighted.speedup(times, shares)
+    before = weighted.welch(times, shares)
+    pooled = geomean_ratio_ci(list(blocks.task_ratios(arm, ref).values()))
+    assert whole.has_ci and pooled.has_ci and before.has_ci
+    n, k = sum(len(v) for v in times.values()), len(times)
+    half = math.log(whole.high / whole.estimate)
+    half_pooled = math.log(pooled.high / pooled.estimate)
+    explained = t_quantile(0.95, n - k) / t_quantile(0.95, n - 1) * math.sqrt(
+        sum(w * w / len(times[g]) for g, w in shares.items()) * n)
+    assert half <= 1.5 * explained * half_pooled, (whole.fmt(), pooled.fmt(), explained)
+    assert math.log(before.high / before.estimate) > 1.5 * half, (before.fmt(), whole.fmt())

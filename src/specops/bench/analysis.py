@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specops.bench import ceiling as ceil
-from specops.bench import identity
+from specops.bench import identity, weighted
 from specops.bench.arms import AA, BASELINE
 from specops.bench.design import DIFFERS, INCONCLUSIVE, Block, Design, conclusion, rel_half_width
 from specops.bench.stats import Interval, mean
@@ -79,7 +79,8 @@ def replay_design(blocks: list[dict[str, Any]], design: Design) -> Design:
             design.fail(rec["arm"], rec["why"])
             continue
         b = Block(rec["index"], rec["rep"], rec["workload"], rec["task"], tuple(rec["arms"]))
-        design.add(b, {a: r.get("decode_tps") for a, r in rec["results"].items()})
+        design.add(b, {a: r.get("decode_tps") for a, r in rec["results"].items()},
+                   plain_s=weighted.request_seconds(rec["results"].get(BASELINE)))
     return design
 
 

@@ -175,16 +175,19 @@ class Design:
         # per (arm, workload, task): block ratios; baselines' A/A ratios under AA
         self.ratios: dict[str, dict[str, dict[str, list[float]]]] = {}
         self.blocks = 0
+        self.plain_s: dict[str, dict[str, list[float]]] = {}  # the baseline's decode seconds per workload and task
         self._rr = 0
         self._turns: dict[str, int] = {}  # blocks ordered so far per workload (position rotation)
         self._turn_of: dict[int, int] = {}  # block index -> its turn
 
     # ---- feeding ----------------------------------------------------------------------------
     def add(self, block: Block, tps: Mapping[str, float | None],
-            texts: Mapping[str, str | None] | None = None) -> None:
-        """Record a finished block: decode tok/s per server that ran it (None: no usable rate) and, for the
-        identity stop, each server's answer."""
+            texts: Mapping[str, str | None] | None = None, plain_s: float | None = None) -> None:
+        """Record a finished block: decode tok/s per server that ran it (None: no usable rate), for the identity
+        stop each server's answer, and the baseline's decode seconds (the whole figure weighs tasks by them)."""
         self.blocks = max(self.blocks, block.index + 1)
+        if plain_s:
+            self.plain_s.setdefault(block.workload, {}).setdefault(block.task, []).append(plain_s)
         if self.identity_stop and texts:
             for arm in block.arms:
                 ref = self.reference_of.get(arm, BASELINE)
@@ -296,10 +299,11 @@ class Design:
         """With shares: the shares' speedup weighted by time (:func:`specops.bench.weighted.speedup`, a pooled
         within-workload variance) at ``level``; None until every workload with a share has a task of the arm."""
         assert self.shares is not None
-        times = {w: [(1 / r, 1.0) for r in self.task_ratios(arm, w).values()] for w in self.shares}
-        if any(not t for t in times.values()):
+        ratios = {w: self.task_ratios(arm, w) for w in self.shares}
+        if any(not r for r in ratios.values()):
             return None
-        return weighted.speedup(times, self.shares, level=level)
+        seconds = {w: {t: sum(v) / len(v) for t, v in ts.items()} for w, ts in self.plain_s.items()}
+        return weighted.speedup(weighted.timed(ratios, seconds), self.shares, level=level)
 
     def mix_interval(self, arm: str, workloads: Iterable[str] | None = None) -> Interval | None:
         """The whole mix: every workload weighs the same (a stratified estimate), so an arm that ran

@@ -33,6 +33,7 @@ import httpx
 import psutil
 
 from specops.argv import FlagError
+from specops.bench import weighted
 from specops.bench.arms import Arm
 from specops.bench.ceiling import arm_n_max
 from specops.bench.design import AA, BASELINE, Block, Design, rel_half_width
@@ -444,7 +445,8 @@ def replay(design: Design, store: ResultStore) -> tuple[int, float]:
             continue
         b = Block(rec["index"], rec["rep"], rec["workload"], rec["task"], tuple(rec["arms"]))
         design.add(b, {a: r.get("decode_tps") for a, r in rec["results"].items()},
-                   {a: r.get("text") for a, r in rec["results"].items() if "error" not in r})
+                   {a: r.get("text") for a, r in rec["results"].items() if "error" not in r},
+                   weighted.request_seconds(rec["results"].get(BASELINE)))
         rep = max(rep, b.rep)
         used = max(used, float(rec.get("elapsed_s", 0.0)))
     return rep, used
@@ -503,7 +505,8 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
                         pool.stop(name)
                         progress.note(f"  {name} failed and is left out: {res['error']}")
                 tps = {a: (r.get("decode_tps") if "error" not in r else None) for a, r in results.items()}
-                design.add(block, tps, {a: r.get("text") for a, r in results.items() if "error" not in r})
+                design.add(block, tps, {a: r.get("text") for a, r in results.items() if "error" not in r},
+                           weighted.request_seconds(results.get(BASELINE)))
                 elapsed = clock() - t0
                 store.append("blocks.jsonl", {
                     "index": block.index, "rep": rep, "workload": block.workload, "task": block.task,

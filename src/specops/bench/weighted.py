@@ -7,9 +7,13 @@ The figure. For a mix with request shares w_k (normalised: Σ w_k = 1) the time 
 
 Derivation from the paired per-task ratios r_i (the candidate's tok/s ÷ plain decoding's on task i, paired in the
 same blocks). A request of L tokens takes T_plain,i = L / v_plain,i and T_spec,i = L / v_spec,i = T_plain,i / r_i.
-With the same tokens per request and the same plain time per request T in every workload (the measurement sends
---max-tokens to every request, and plain decoding runs at one rate), E[T_spec,k] = T·mean_{i∈k}(1/r_i) = T / H_k,
-H_k the **harmonic** mean of workload k's ratios, so
+The shares w_k are **shares of requests**, and requests take different times per workload (prompts differ, answers
+stop early: a 2-core CPU's edit block took ~25 s, a prose block ~10 s), so each task is weighed by its own plain
+decode seconds T_i where the blocks recorded them (:func:`timed`: b_i = T_i, a_i = T_i / r_i; issue 62 item 4), and
+the figure is S = Σ_k w_k·mean_k(b) / Σ_k w_k·mean_k(a) = 1 / Σ_k v_k / H_k with v_k the workload's share of plain
+decoding's **time** (:func:`time_shares`) and H_k its time-weighted ratio. Only where no seconds were recorded does
+every request count as the same plain time T: then E[T_spec,k] = T·mean_{i∈k}(1/r_i) = T / H_k, H_k the
+**harmonic** mean of workload k's ratios, so
 
     S = Σ_k w_k·T / Σ_k (w_k·T / H_k) = 1 / Σ_k (w_k / H_k)
 
@@ -189,3 +193,38 @@ def welch(times: Mapping[str, Sequence[tuple[float, float]]], shares: Mapping[st
         return Interval(t.estimate, None, None, t.n)
     var, df = got
     return _interval(t.estimate, var, max(1, math.floor(df)), t.n, level)
+
+
+def request_seconds(result: Mapping[str, object] | None) -> float | None:
+    """A request's decode seconds (tokens ÷ decode tok/s) from one server's result in a block (None: not known, e.g.
+    a recorded block that kept only its rate)."""
+    if not result:
+        return None
+    try:
+        n, tps = float(result.get("n_predicted") or 0), float(result.get("decode_tps") or 0)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return n / tps if n > 0 and tps > 0 else None
+
+
+def timed(ratios: Mapping[str, Mapping[str, float]], seconds: Mapping[str, Mapping[str, float]]
+          ) -> dict[str, list[tuple[float, float]]]:
+    """Per workload, per task: (the arm's, the reference's) decode time of a request. ``ratios``: the arm's paired
+    ratio per task of each workload; ``seconds``: the reference's decode seconds per task. **Shares of requests** are
+    turned into shares of time this way (issue 62 item 4): where every task's seconds are known, a task weighs by
+    its own plain time (b_i = T_i, a_i = T_i / r_i), so a workload whose requests take longer weighs more; where any
+    is missing, every request counts as the same time (b_i = 1, a_i = 1 / r_i: the shares are then taken as shares
+    of plain time, as before)."""
+    known = all(t in seconds.get(w, {}) for w, rs in ratios.items() for t in rs)
+    return {w: [((seconds[w][t] if known else 1.0) / r, seconds[w][t] if known else 1.0) for t, r in rs.items()]
+            for w, rs in ratios.items()}
+
+
+def time_shares(times: Mapping[str, Sequence[tuple[float, float]]], shares: Mapping[str, float]) -> dict[str, float]:
+    """The shares of plain decoding's time: v_k = w_k·mean_k(b) / Σ_j w_j·mean_j(b) (equal to the given shares when
+    every request counts as the same time). With them the figure reads 1 / Σ_k v_k / H_k, H_k the workload's ratio
+    mean_k(b) / mean_k(a)."""
+    total = sum(w for w in shares.values() if w > 0)
+    plain = {k: shares[k] / total * mean([b for _, b in times[k]]) for k in shares if shares[k] > 0 and times.get(k)}
+    whole = sum(plain.values())
+    return {k: v / whole for k, v in plain.items()}

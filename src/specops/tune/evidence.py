@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from specops.bench import weighted
 from specops.bench.arms import AA, BASELINE
 from specops.bench.stats import Interval, geomean_ratio_ci
 from specops.tune import mix as mixes
@@ -35,10 +36,16 @@ class Blocks:
 
     def __init__(self, records: Iterable[Mapping[str, Any]]) -> None:
         self.rows: list[tuple[str, str, dict[str, float]]] = []
+        self.seconds: dict[str, list[float]] = {}  # per "arm/workload/task": its decode seconds a request
         for rec in records:
-            tps = {arm: float(r["decode_tps"]) for arm, r in (rec.get("results") or {}).items()
+            results = rec.get("results") or {}
+            tps = {arm: float(r["decode_tps"]) for arm, r in results.items()
                    if isinstance(r, Mapping) and r.get("decode_tps") and float(r["decode_tps"]) > 0}
             self.rows.append((str(rec.get("workload")), str(rec.get("task")), tps))
+            for arm, r in results.items():
+                secs = weighted.request_seconds(r) if isinstance(r, Mapping) else None
+                if secs:
+                    self.seconds.setdefault(f"{arm}/{rec.get('workload')}/{rec.get('task')}", []).append(secs)
 
     @classmethod
     def load(cls, path: Path) -> Blocks:
@@ -93,6 +100,24 @@ class Blocks:
                 out.setdefault(task.split("/", 1)[0], []).append((1 / r, 1 / b[task] if versus else 1.0))
         return out
 
+    def timed(self, arm: str, ref: str, versus: str | None = None) -> dict[str, list[tuple[float, float]]]:
+        """Per workload, per task: (``arm``'s, ``versus``'s) decode time of a request, in ``ref``'s seconds where
+        every such task's are known (:func:`specops.bench.weighted.timed`: shares of requests weigh by plain time),
+        else relative to ``ref``'s (1 / the paired ratio; as :meth:`relative_times`)."""
+        rel = self.relative_times(arm, ref, versus)
+        keys = [k for k in self.task_ratios(arm, ref) if versus is None or k in self.task_ratios(versus, ref)]
+        secs = {k: self.seconds.get(f"{ref}/{k}") for k in keys}
+        if not keys or any(not v for v in secs.values()):
+            return rel
+        out: dict[str, list[tuple[float, float]]] = {}
+        for k in keys:
+            w = k.split("/", 1)[0]
+            t = sum(secs[k] or ()) / len(secs[k] or (1,))
+            a = 1 / self.task_ratios(arm, ref)[k]
+            b = 1 / self.task_ratios(versus, ref)[k] if versus else 1.0
+            out.setdefault(w, []).append((t * a, t * b))
+        return out
+
     def check_mix(self, mix: Mapping[str, float]) -> None:
         """A workload with a share but no block measured: MixError (one line)."""
         missing = [w for w in mixes.normalised(mix) if w not in self.workloads]
@@ -108,16 +133,28 @@ class Blocks:
     def mix_interval(self, arm: str, ref: str, mix: Mapping[str, float], versus: str | None = None) -> Interval | None:
         """``arm`` against ``ref`` (or against ``versus``, each timed against ``ref``) over the mix, weighted by time
         (:func:`specops.tune.mix.speedup`); None where a workload of the mix has no such task."""
-        times = self.relative_times(arm, ref, versus)
+        times = self.timed(arm, ref, versus)
         if any(not times.get(w) for w in mixes.normalised(mix)):
             return None
         return mixes.speedup(times, mix)
 
     def mix_arithmetic(self, arm: str, ref: str, mix: Mapping[str, float]) -> str:
-        """The mix figure's arithmetic from each workload's harmonic mean ratio (for the record)."""
-        times = self.relative_times(arm, ref)
-        means = {w: len(times[w]) / sum(a for a, _ in times[w]) for w in mixes.normalised(mix)}
-        return mixes.arithmetic(means, mix)
+        """The mix figure's arithmetic (for the record): each workload's ratio (its plain time ÷ its time, a
+        harmonic mean of the per-task ratios weighted by time) at its share of plain decoding's time, and how the
+        shares of requests became those (issue 62 item 4)."""
+        times = self.timed(arm, ref)
+        shares = mixes.normalised(mix)
+        means = {w: sum(b for _, b in times[w]) / sum(a for a, _ in times[w]) for w in shares}
+        by_time = weighted.time_shares(times, shares)
+        text = mixes.arithmetic(means, by_time)
+        if times != self.relative_times(arm, ref):
+            per = ", ".join(f"{w} {shares[w]:.0%} at {sum(b for _, b in times[w]) / len(times[w]):.1f} s"
+                            for w in shares)
+            text += (f" (shares of plain decoding's time, from the shares of requests at each workload's measured "
+                     f"plain decode seconds a request: {per})")
+        else:
+            text += " (every request counted as the same time: no per-request seconds recorded)"
+        return text
 
     def figure(self, name: str, ref: str, mix: Mapping[str, float] | None = None) -> Interval | str:
         """``name``'s decision interval against ``ref`` (over ``mix`` when given), or the line that says why it has
