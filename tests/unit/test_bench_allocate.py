@@ -132,18 +132,18 @@ def test_an_undecided_candidate_runs_while_its_tasks_left_could_settle_it() -> N
     d = tune_design({w: list(ts) for w, ts in rates.items()}, {"edit": 0.5, "prose": 0.5})
     order = replay(d, rates)
     assert {st.stopped for st in d.status[MOD].values()} <= {"exhausted", f"faster {WHOLE}"}, d.status
-    assert len(order) > 12
+    assert len(order) >= 12
 
 
 def test_a_figure_the_tasks_left_cannot_settle_ends_the_measurement() -> None:
-    """A 2-3% gain on wide edits (the 2-core CPU's, spread ~0.2) with 8 tasks a workload: once half the tasks are
-    in, even every task left could not settle it at its spread: the measurement ends (cannot settle on the whole),
+    """A small gain on very wide edits (spread 0.3) with 8 tasks a workload: once the edits are used up, the prose
+    tasks left cannot move the whole figure enough to settle it: the measurement ends (cannot settle on the whole),
     undecided, instead of running out the set."""
-    rates = synthetic({"edit": 0.03, "prose": 0.0}, {"edit": 0.25, "prose": 0.03}, 8, seed=3)
+    rates = synthetic({"edit": 0.05, "prose": 0.0}, {"edit": 0.30, "prose": 0.03}, 8, seed=5)
     d = tune_design({w: list(ts) for w, ts in rates.items()}, {"edit": 0.7, "prose": 0.3})
     order = replay(d, rates)
     assert {st.stopped for st in d.status[MOD].values()} == {f"cannot settle {WHOLE}"}, d.status
-    assert 8 <= len(order) < 16
+    assert 8 <= len(order) < 16 and d.allocation().startswith("edit 8 of 8")
 
 
 def test_output_that_differs_stops_the_candidate_everywhere() -> None:

@@ -440,13 +440,15 @@ class Design:
                 return
 
     def can_settle(self, arm: str, iv: Interval) -> bool:
-        """Could the whole figure still settle (at 95%: deployable, no gain or slower) were every task left measured,
-        its estimate and each workload's spread holding? The projected half-width on the log scale is
-        t(N − K)·√(Σ w_k²·s_k² / N_k), N_k the workload's tasks (its spread shrunk toward the pooled one as the
-        allocation does, :func:`specops.bench.allocate.shrunk`). A figure that cannot is *unsettled*: more blocks
-        cannot change the answer (plain decoding, undecided), so the measurement ends and says what would settle it
-        (a 2-core CPU tune with 12 edits in its task file spent 9 more prose blocks after its edits ran out). Looked
-        at once half the tasks are in: spreads from a warm-up of 3 tasks are too rough to give up on."""
+        """Could the whole figure still settle (at 95%: deployable, no gain or slower) were every task left measured?
+        On the log scale, with each workload's spread s_k (shrunk toward the pooled one as the allocation does,
+        :func:`specops.bench.allocate.shrunk`), n_k tasks in and N_k in all: the final half-width is
+        t(N − K)·√(Σ w_k²·s_k²/N_k), and the estimate can still move by about ±2·√(Σ w_k²·s_k²·(1/n_k − 1/N_k)) (what
+        the tasks left can change; nothing where a workload is used up). It can settle when some estimate within
+        that reach would leave the final interval wholly above 1 or wholly below 1 + ``half_width``. A figure that
+        cannot is *unsettled*: more blocks cannot change the answer (plain decoding, undecided), so the measurement
+        ends and says what would settle it (a 2-core CPU tune with 12 edits in its task file spent 9 more prose
+        blocks after its edits ran out). Looked at once half the tasks are in."""
         assert self.shares is not None
         spreads = {w: allocate.spread([[math.log(r) for r in self.task_ratios(arm, w).values()]]) for w in self.shares}
         ss = sum(s * s * df for s, df in spreads.values())
@@ -455,11 +457,14 @@ class Design:
         big_n = sum(len(self.tasks[w]) for w in self.shares)
         if big_n - len(self.shares) < 1:
             return True
-        var = sum(self.shares[w] ** 2 * allocate.shrunk(spreads[w], pooled) ** 2 / len(self.tasks[w])
-                  for w in self.shares)
-        half = t975(big_n - len(self.shares)) * math.sqrt(var)
-        low, high = iv.estimate * math.exp(-half), iv.estimate * math.exp(half)
-        return high < 1.0 + self.half_width or (low > 1.0 and high >= 1.0 + self.half_width)
+        s2 = {w: allocate.shrunk(spreads[w], pooled) ** 2 for w in self.shares}
+        big = {w: len(self.tasks[w]) for w in self.shares}
+        half = t975(big_n - len(self.shares)) * math.sqrt(sum(self.shares[w] ** 2 * s2[w] / big[w]
+                                                              for w in self.shares))
+        n = {w: max(1, min(self.n_tasks(arm, w), big[w])) for w in self.shares}
+        reach = 2 * math.sqrt(sum(self.shares[w] ** 2 * s2[w] * (1 / n[w] - 1 / big[w]) for w in self.shares))
+        est = math.log(iv.estimate)
+        return est + reach - half > 0 or est - reach + half < math.log(1.0 + self.half_width)
 
     def whole_stop(self, iv: Interval) -> str | None:
         """The whole figure's stop: *slower*, then *no gain* (confidently under 1 + ``half_width``: a 1.02x [1.005,

@@ -525,11 +525,14 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
     finally:
         pool.stop_all()
         store.save_json("rss.json", {**(store.load_json("rss.json") or {}), **pool.rss})
-        store.save_json("outcome.json", {"ended": ended, "elapsed_s": round(clock() - t0, 1),
-                                         "blocks": design.blocks,
-                                         **({"allocation": design.allocation(), "unshared": design.unshared,
-                                             "activated": design.activated}
-                                            if design.shares is not None else {}),
-                                         "status": {a: {w: st.stopped for w, st in rows.items()}
-                                                    for a, rows in design.status.items()}})
+        store.save_json("outcome.json", outcome(design, ended, clock() - t0))
     return {"ended": ended, "elapsed_s": clock() - t0}
+
+
+def outcome(design: Design, ended: str, elapsed_s: float) -> dict[str, Any]:
+    """What outcome.json records of a run: how it ended, each arm's stop per workload and, with shares, where the
+    blocks went and which held-back arms were measured and why."""
+    return {"ended": ended, "elapsed_s": round(elapsed_s, 1), "blocks": design.blocks,
+            **({"allocation": design.allocation(), "unshared": design.unshared, "activated": design.activated}
+               if design.shares is not None else {}),
+            "status": {a: {w: st.stopped for w, st in rows.items()} for a, rows in design.status.items()}}
