@@ -258,3 +258,7 @@ def test_the_deploys_line_gives_the_minutes_used_and_what_would_settle_an_undeci
     assert "less than 10%" not in line and "set llama_server_tune_budget: 25" in line, line
     settled = {**undecided, "settled": True}
     assert "llama_server_tune_budget" not in deploy.apply(settled, "auto", None).message
+    short = {**undecided, "to_settle_min": 40.0, "to_settle_tasks": [156, 24]}
+    line = deploy.apply(short, "auto", None).message
+    assert "about 156 tasks would settle it and the task set holds 24: give it more of your traffic" in line, line
+    assert "llama_server_tune_budget" not in line

@@ -409,15 +409,19 @@ class Design:
                     st.stopped = "reference no longer needed"
         self._activate()
 
+    def _warmed(self, arm: str) -> bool:
+        return all(self.n_tasks(arm, w) >= min(self.warm, len(self.tasks[w])) for w in self.workloads)
+
     def _pays(self, iv: Interval) -> bool:
         return iv.significantly_above(1.0) and not iv.significantly_below(1.0 + self.half_width)
 
     def _activate(self) -> None:
         """With a reserve: once no held-back arm is being measured and a measured arm pays (deployable at 95%:
         confidently faster than plain decoding and not confidently under 1 + ``half_width``, on the whole or on a
-        workload with its warm-up), the next held-back arm is measured beside it on every workload with a share, its
-        warm-up on the tasks the leader already ran. (On a point estimate, a 2-core CPU tune brought two types in at
-        1.08x [0.89, 1.31] and spent 10 of its 35 blocks on their warm-ups; another at 1.1x after one edit at 1.57x.)"""
+        workload with its warm-up) or is on course to on the whole (:meth:`on_course`: at 1 + ``half_width`` with a
+        final interval that would clear 1 at its spread), the next held-back arm is measured beside it on every
+        workload with a share, its warm-up on the tasks the leader already ran. (On a bare point estimate, a 2-core
+        CPU tune brought two types in at 1.08x [0.89, 1.31] and spent 10 of its 35 blocks on their warm-ups.)"""
         pending = [a for a in self.reserve if a not in self.activated]
         if not pending or any(a in self.running() for a in self.activated):
             return
@@ -428,6 +432,8 @@ class Design:
             why = ""
             if whole is not None and self._pays(whole):
                 why = f"{arm} pays on the whole ({whole.fmt()})"
+            elif whole is not None and self._warmed(arm) and self.on_course(arm, whole):
+                why = f"{arm} on course to pay on the whole ({whole.fmt()}, at its spread over every task)"
             for wl in self.workloads:
                 iv = self.interval(arm, wl)
                 if not why and iv is not None and iv.n >= self.warm and self._pays(iv):
@@ -439,32 +445,45 @@ class Design:
                     st.stopped = None
                 return
 
-    def can_settle(self, arm: str, iv: Interval) -> bool:
-        """Could the whole figure still settle (at 95%: deployable, no gain or slower) were every task left measured?
-        On the log scale, with each workload's spread s_k (shrunk toward the pooled one as the allocation does,
-        :func:`specops.bench.allocate.shrunk`), n_k tasks in and N_k in all: the final half-width is
-        t(N − K)·√(Σ w_k²·s_k²/N_k), and the estimate can still move by about ±2·√(Σ w_k²·s_k²·(1/n_k − 1/N_k)) (what
-        the tasks left can change; nothing where a workload is used up). It can settle when some estimate within
-        that reach would leave the final interval wholly above 1 or wholly below 1 + ``half_width``. A figure that
-        cannot is *unsettled*: more blocks cannot change the answer (plain decoding, undecided), so the measurement
-        ends and says what would settle it (a 2-core CPU tune with 12 edits in its task file spent 9 more prose
-        blocks after its edits ran out). Looked at once half the tasks are in."""
+    def projection(self, arm: str) -> tuple[float, float] | None:
+        """On the log scale: (the whole figure's half-width at 95% were every task measured, how far its estimate can
+        still move: about 2·√(Σ w_k²·s_k²·(1/n_k − 1/N_k)), nothing where a workload is used up). Each workload's
+        spread s_k is shrunk toward the pooled one as the allocation does (:func:`specops.bench.allocate.shrunk`),
+        n_k its tasks in, N_k in all. None: no degrees of freedom to project with."""
         assert self.shares is not None
         spreads = {w: allocate.spread([[math.log(r) for r in self.task_ratios(arm, w).values()]]) for w in self.shares}
         ss = sum(s * s * df for s, df in spreads.values())
         dfs = sum(df for _, df in spreads.values())
         pooled = (math.sqrt(ss / dfs), dfs) if dfs else (0.0, 0)
-        big_n = sum(len(self.tasks[w]) for w in self.shares)
-        if big_n - len(self.shares) < 1:
-            return True
-        s2 = {w: allocate.shrunk(spreads[w], pooled) ** 2 for w in self.shares}
         big = {w: len(self.tasks[w]) for w in self.shares}
-        half = t975(big_n - len(self.shares)) * math.sqrt(sum(self.shares[w] ** 2 * s2[w] / big[w]
-                                                              for w in self.shares))
+        if sum(big.values()) - len(big) < 1:
+            return None
+        s2 = {w: allocate.shrunk(spreads[w], pooled) ** 2 for w in self.shares}
+        half = t975(sum(big.values()) - len(big)) * math.sqrt(sum(self.shares[w] ** 2 * s2[w] / big[w]
+                                                                  for w in self.shares))
         n = {w: max(1, min(self.n_tasks(arm, w), big[w])) for w in self.shares}
         reach = 2 * math.sqrt(sum(self.shares[w] ** 2 * s2[w] * (1 / n[w] - 1 / big[w]) for w in self.shares))
+        return half, reach
+
+    def can_settle(self, arm: str, iv: Interval) -> bool:
+        """Could the whole figure still settle (at 95%: deployable, no gain or slower) were every task left measured
+        (:meth:`projection`): some estimate within reach leaving the final interval wholly above 1 or wholly below
+        1 + ``half_width``? A figure that cannot is *unsettled*: more blocks cannot change the answer (plain
+        decoding, undecided), so the measurement ends and says what would settle it (a 2-core CPU tune with 12 edits
+        in its task file spent 9 more prose blocks after its edits ran out). Looked at once half the tasks are in."""
+        proj = self.projection(arm)
+        if proj is None:
+            return True
+        half, reach = proj
         est = math.log(iv.estimate)
         return est + reach - half > 0 or est - reach + half < math.log(1.0 + self.half_width)
+
+    def on_course(self, arm: str, iv: Interval) -> bool:
+        """Is the whole figure on course to pay: at least 1 + ``half_width`` now, and its final interval (every task
+        measured, :meth:`projection`) wholly above 1 if the estimate held?"""
+        proj = self.projection(arm)
+        return (proj is not None and iv.estimate >= 1.0 + self.half_width
+                and math.log(iv.estimate) - proj[0] > 0)
 
     def whole_stop(self, iv: Interval) -> str | None:
         """The whole figure's stop: *slower*, then *no gain* (confidently under 1 + ``half_width``: a 1.02x [1.005,

@@ -171,6 +171,8 @@ def _print(result: dict[str, Any], s: Setup, args: argparse.Namespace) -> None:
         print(f"runner-up: {result['runner_up']}" + (f" ({result['paired']})" if result.get("paired") else ""))
     for line in result.get("left_out") or ():
         print(f"  left out: {line}")
+    for line in result.get("types_paired") or ():
+        print(f"  held back, then measured: {line}")
     if args.measure_all and result["best_measured"]:
         best = result["best_measured"]
         print(f"best measured: {best['name']} {best['measured']}")

@@ -65,7 +65,8 @@ def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, short
             open_lines += settle_note(blocks, results, c, args.margin, wl)
     more = minutes_to_settle(results, choice, blocks, weights, args.margin)
     return measured, dataclasses.replace(choice, settle=tuple(open_lines), weighed=how,
-                                         to_settle_min=None if more is None else round(more, 1)), per_wl
+                                         to_settle_min=None if more is None else round(more[0], 1),
+                                         to_settle_tasks=None if more is None else more[1:]), per_wl
 
 
 def planned(given: dict[str, float] | None, counts: dict[str, int],
@@ -149,9 +150,10 @@ def block_seconds(results: dict[str, Any]) -> float:
 
 
 def minutes_to_settle(results: dict[str, Any] | None, choice: decide.Choice, blocks: evidence.Blocks | None,
-                      weights: dict[str, float] | None, margin: float) -> float | None:
-    """For an undecided whole figure: the minutes of measuring more that would settle it at this host's time a
-    block, if its estimate and spread held (None: decided, or no projection)."""
+                      weights: dict[str, float] | None, margin: float) -> tuple[float, int, int] | None:
+    """For an undecided whole figure: (the minutes of measuring more that would settle it at this host's time a
+    block, the tasks that would, the tasks the task set holds for it), if its estimate and spread held (None:
+    decided, or no projection)."""
     if results is None or blocks is None or choice.settled or choice.chosen != decide.PLAIN or not choice.runner_up:
         return None
     fig = (blocks.mix_interval(choice.runner_up, BASELINE, weights) if weights
@@ -162,7 +164,9 @@ def minutes_to_settle(results: dict[str, Any] | None, choice: decide.Choice, blo
     per_block = block_seconds(results)
     if k is None or per_block <= 0:
         return None
-    return max(0, k - fig.n) * per_block / 60
+    counts = (results.get("plan") or {}).get("workload_counts") or {}
+    have = int(sum(int(n) for w, n in counts.items() if not weights or w in weights))
+    return max(0, k - fig.n) * per_block / 60, k, have
 
 
 def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None,
@@ -192,7 +196,26 @@ def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None,
     elif not choice.settled:
         s.open.append(choice.reason)
     s.open.extend(choice.settle)
-    return measured, choice, per_wl
+    pairs = types_paired(results, short.shortlisted, extra, args.mix or s.shares)
+    return measured, dataclasses.replace(choice, pairs=pairs) if pairs else choice, per_wl
+
+
+def types_paired(results: dict[str, Any] | None, leaders: list[str], extra: list[str],
+                 weights: dict[str, float] | None) -> tuple[str, ...]:
+    """Each held-back candidate that was measured against each shortlisted one, paired on the same tasks (the whole
+    figure's weighting): ``exact-ngram-simple ÷ exact-ngram-mod = 1.06× [0.98, 1.15] paired on the same tasks``
+    (issue 61 item 2: the record keeps the ratio between the two types)."""
+    if not results or not results.get("blocks") or not extra:
+        return ()
+    blocks = evidence.Blocks(results["blocks"])
+    out = []
+    for e in extra:
+        for lead in leaders:
+            iv = (blocks.mix_interval(e, BASELINE, weights, versus=lead) if weights
+                  else blocks.interval(e, lead))
+            if iv is not None:
+                out.append(f"{e} ÷ {lead} = {iv.fmt()} paired on the same tasks")
+    return tuple(out)
 
 
 def best_measured(measured: list[decide.Measured], rule: str) -> decide.Measured | None:

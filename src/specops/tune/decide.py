@@ -167,6 +167,8 @@ class Choice:
     settle: tuple[str, ...] = ()  # for what stayed undecided (overall, per workload): the tasks that would settle it
     weighed: str = ""  # how the whole figure weighs the workloads, for the record ('' : as --mix says)
     to_settle_min: float | None = None  # undecided: the minutes of measuring more that would settle the whole figure
+    pairs: tuple[str, ...] = ()  # held-back types measured beside a shortlisted one: their paired ratios
+    to_settle_tasks: tuple[int, int] | None = None  # undecided: (the tasks that would settle it, the task set's)
 
     def short(self) -> str:
         """One line: the choice and its figure (a tie named), or plain / undecided with the best candidate's."""
@@ -182,7 +184,8 @@ class Choice:
         return {"chosen": self.chosen, "runner_up": self.runner_up, "reason": self.reason,
                 "figures": dict(self.figures), "tie": list(self.tie), "settled": self.settled,
                 "paired": self.paired, "left_out": list(self.left_out), "settle": list(self.settle),
-                "weighed": self.weighed, "to_settle_min": self.to_settle_min}
+                "weighed": self.weighed, "to_settle_min": self.to_settle_min, "pairs": list(self.pairs),
+                "to_settle_tasks": list(self.to_settle_tasks) if self.to_settle_tasks else None}
 
 
 ENGINE_DEFAULT_TYPES = frozenset({"ngram-mod"})  # llama.cpp's own default type (--spec-default at 0c1e57098)

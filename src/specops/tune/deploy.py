@@ -134,6 +134,11 @@ def to_settle(result: Mapping[str, Any]) -> str:
     more, budget = result.get("to_settle_min"), result.get("budget_s")
     if result.get("settled", True) is not False or more is None or not budget:
         return ""
+    need, have = [*(result.get("to_settle_tasks") or []), 0, 0][:2]
+    if need and have and int(need) > int(have):  # the task set is what falls short, not the budget
+        return (f"about {int(need)} tasks would settle it and the task set holds {int(have)}: give it more of your "
+                "traffic (llama_server_tune_tasks, llama_server_tune_limit_per_workload), a longer budget alone "
+                "cannot. ")
     budget_min = float(budget) / 60
     want = math.ceil(budget_min + float(more) + 0.5)
     line = (f"about {float(more):.0f} more minute(s) of measuring would settle it: set llama_server_tune_budget: "
