@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from specops.tune import choose, decide
+from specops.tune.evidence import Blocks
 from tests.unit.test_bench_allocate import MOD, recorded, replay, tune_design
 
 pytestmark = pytest.mark.fast
@@ -47,7 +48,7 @@ def test_the_choice_is_what_the_data_give_and_says_what_would_settle_it() -> Non
     assert "shares of plain decoding's time" in choice.reason  # n_predicted recorded: requests weighed by time
     assert choice.settle and choice.settle[0].startswith("overall: ") and choice.to_settle_min
     assert per_wl["prose"].startswith("plain")
-    pairs = choose.types_paired(results(), [MOD], [SIMPLE, MAPK], MIX)
+    pairs = choose.types_paired(Blocks(ROWS), [MOD], [SIMPLE, MAPK], MIX)
     assert [p.split(" = ")[0] for p in pairs] == [f"{SIMPLE} ÷ {MOD}", f"{MAPK} ÷ {MOD}"]
 
 

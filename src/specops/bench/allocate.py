@@ -18,7 +18,7 @@ measured so far:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 WARM = 2  # tasks of every workload with a share before the allocation weighs spreads (the design passes its own)
 PRIOR_DF = 2  # degrees of freedom the pooled spread counts for in a workload's own
@@ -35,6 +35,13 @@ def spread(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
         ss += sum((x - m) ** 2 for x in g)
         df += len(g) - 1
     return (math.sqrt(ss / df), df) if df else (0.0, 0)
+
+
+def pooled(spreads: Iterable[tuple[float, int]]) -> tuple[float, int]:
+    """The spread pooled over workloads' (spread, degrees of freedom), and its degrees of freedom (0: none)."""
+    rows = list(spreads)
+    dfs = sum(df for _, df in rows)
+    return (math.sqrt(sum(s * s * df for s, df in rows) / dfs), dfs) if dfs else (0.0, 0)
 
 
 def shrunk(own: tuple[float, int], pooled: tuple[float, int]) -> float:
@@ -63,10 +70,8 @@ def pick(shares: Mapping[str, float], done: Mapping[str, int], spreads: Mapping[
         wl = min(cold, key=lambda w: (done.get(w, 0), -shares[w]))
         return wl, (f"{wl}: warm-up, task {done.get(wl, 0) + 1} of the {warm} every workload with a share gets "
                     "before its spread is weighed")
-    ss = sum(s * s * df for s, df in spreads.values())
-    dfs = sum(df for _, df in spreads.values())
-    pooled = (math.sqrt(ss / dfs), dfs) if dfs else (0.0, 0)
-    eff = {w: shrunk(spreads.get(w, (0.0, 0)), pooled) for w in open_}
+    every = pooled(spreads.values())
+    eff = {w: shrunk(spreads.get(w, (0.0, 0)), every) for w in open_}
     gains = {w: gain(shares[w], eff[w], done.get(w, 0)) for w in open_}
     wl = max(open_, key=lambda w: (gains[w], shares[w]))
     others = [f"{w} {shares[w]:.0%}×{eff[w]:.2f}/{done.get(w, 0)}" for w in open_ if w != wl]

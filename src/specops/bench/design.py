@@ -62,6 +62,12 @@ RESERVED = "reserve"  # a held-back arm's status until it is measured
 UNSETTLED = "cannot settle"  # the whole figure could not settle were every task left measured
 
 
+def deployable(iv: Interval, margin: float) -> bool:
+    """Confidently faster than plain decoding, and not confidently under 1 + ``margin``: what may be served (the
+    tune's choice, its figure at N streams, and the whole figure's stops read this one rule)."""
+    return iv.significantly_above(1.0) and not iv.significantly_below(1.0 + margin)
+
+
 def rel_half_width(iv: Interval) -> float:
     """Largest relative distance of the interval's ends from its estimate (inf without an interval)."""
     if not iv.has_ci:
@@ -372,10 +378,15 @@ class Design:
             if iv is None or not iv.has_ci:
                 continue
             self.status[arm][wl].stopped = self.early_stop(iv)
+        self._release_references([wl])
+
+    def _release_references(self, workloads: Iterable[str]) -> None:
+        """A reference arm stops on a workload once every arm it is the identity reference for has."""
         for ref, dependents in self.references.items():
-            st = self.status[ref][wl]
-            if st.stopped is None and all(self.status[d][wl].stopped is not None for d in dependents):
-                st.stopped = "reference no longer needed"
+            for wl in workloads:
+                st = self.status[ref][wl]
+                if st.stopped is None and all(self.status[d][wl].stopped is not None for d in dependents):
+                    st.stopped = "reference no longer needed"
 
     def _decide_whole(self) -> None:
         """With shares: an arm whose output differed anywhere stops everywhere (the identity rule can never pick
@@ -391,8 +402,7 @@ class Design:
                     st.stopped = st.stopped or DIFFERS
                 continue
             counts = [self.n_tasks(arm, w) for w in self.workloads]
-            if any(n < min(self.warm, len(self.tasks[w])) for n, w in zip(counts, self.workloads, strict=True)) \
-                    or sum(counts) - len(counts) < WHOLE_DF:
+            if not self._warmed(arm) or sum(counts) - len(counts) < WHOLE_DF:
                 continue  # every workload with a share its warm-up first (one spread must not speak for another)
             iv = self.whole(arm, self.whole_level)
             if iv is None or not iv.has_ci:
@@ -402,18 +412,11 @@ class Design:
             if stop is not None:
                 for st in rows.values():
                     st.stopped = st.stopped or f"{stop} {WHOLE}"
-        for ref, dependents in self.references.items():
-            for wl in self.workloads:
-                st = self.status[ref][wl]
-                if st.stopped is None and all(self.status[d][wl].stopped is not None for d in dependents):
-                    st.stopped = "reference no longer needed"
+        self._release_references(self.workloads)
         self._activate()
 
     def _warmed(self, arm: str) -> bool:
         return all(self.n_tasks(arm, w) >= min(self.warm, len(self.tasks[w])) for w in self.workloads)
-
-    def _pays(self, iv: Interval) -> bool:
-        return iv.significantly_above(1.0) and not iv.significantly_below(1.0 + self.half_width)
 
     def _activate(self) -> None:
         """With a reserve: once no held-back arm is being measured and a measured arm pays (deployable at 95%:
@@ -430,13 +433,13 @@ class Design:
                 continue
             whole = self.whole(arm)
             why = ""
-            if whole is not None and self._pays(whole):
+            if whole is not None and deployable(whole, self.half_width):
                 why = f"{arm} pays on the whole ({whole.fmt()})"
             elif whole is not None and self._warmed(arm) and self.on_course(arm, whole):
                 why = f"{arm} on course to pay on the whole ({whole.fmt()}, at its spread over every task)"
             for wl in self.workloads:
                 iv = self.interval(arm, wl)
-                if not why and iv is not None and iv.n >= self.warm and self._pays(iv):
+                if not why and iv is not None and iv.n >= self.warm and deployable(iv, self.half_width):
                     why = f"{arm} pays on {wl} ({iv.fmt()} on {iv.n} tasks)"
             if why:
                 nxt = pending[0]
@@ -452,9 +455,7 @@ class Design:
         n_k its tasks in, N_k in all. None: no degrees of freedom to project with."""
         assert self.shares is not None
         spreads = {w: allocate.spread([[math.log(r) for r in self.task_ratios(arm, w).values()]]) for w in self.shares}
-        ss = sum(s * s * df for s, df in spreads.values())
-        dfs = sum(df for _, df in spreads.values())
-        pooled = (math.sqrt(ss / dfs), dfs) if dfs else (0.0, 0)
+        pooled = allocate.pooled(spreads.values())
         big = {w: len(self.tasks[w]) for w in self.shares}
         if sum(big.values()) - len(big) < 1:
             return None
@@ -493,9 +494,9 @@ class Design:
             return SLOWER
         if iv.significantly_below(1.0 + self.half_width) and NO_GAIN in self.stop_on:
             return NO_GAIN
-        return FASTER if iv.significantly_above(1.0) else None
+        return FASTER if deployable(iv, self.half_width) else None
 
-    def early_stop(self, iv: Interval, extra: Iterable[str] = ()) -> str | None:
+    def early_stop(self, iv: Interval) -> str | None:
         """The first stop of :data:`STOPS` the interval settles that ``stop_on`` allows (None: keep running).
 
         Tested in the bench's order, so with every stop allowed nothing changes; with :data:`FUTILITY` an interval
@@ -503,8 +504,7 @@ class Design:
         settles = {SLOWER: iv.significantly_below(1.0), FASTER: iv.significantly_above(1.0),
                    NO_GAIN: iv.significantly_below(1.0 + self.half_width),
                    PRECISE: rel_half_width(iv) <= self.half_width}
-        allowed = self.stop_on | set(extra)
-        return next((s for s in STOPS if s in allowed and settles[s]), None)
+        return next((s for s in STOPS if s in self.stop_on and settles[s]), None)
 
     def order(self, wl: str, rep: int) -> list[str]:
         """The workload's tasks in this repetition's order (shuffled, reproducible from the seed)."""
@@ -523,21 +523,19 @@ class Design:
         n = len(self.workloads)
         for i in range(n):
             wl = self.workloads[(self._rr + i) % n]
-            arms = [a for a in self.alive(wl) if a in ready]
-            size = len(self.tasks[wl])
-            for a in arms:
-                if self.status[a][wl].done.get(rep, 0) >= size and rep + 1 >= self.reps:
-                    self.status[a][wl].stopped = "exhausted"
-            arms = [a for a in arms if self.status[a][wl].done.get(rep, 0) < size]
+            arms = self._open(wl, rep, ready)
             if not arms:
                 continue
-            pos = min(self.status[a][wl].done.get(rep, 0) for a in arms)
-            arms = [a for a in arms if self.status[a][wl].done.get(rep, 0) == pos]
             self._rr = (self._rr + i + 1) % n
-            task = self.order(wl, rep)[pos]
-            block_arms = (BASELINE, *((AA,) if self.aa and self.aa_needed(wl) else ()), *arms)
-            return Block(self.blocks, rep, wl, task, block_arms)
+            return self._block(wl, rep, arms)
         return None
+
+    def _block(self, wl: str, rep: int, arms: list[str]) -> Block:
+        """The next block of ``wl``: the next task of the arms furthest behind there, with the baselines."""
+        pos = min(self.status[a][wl].done.get(rep, 0) for a in arms)
+        arms = [a for a in arms if self.status[a][wl].done.get(rep, 0) == pos]
+        block_arms = (BASELINE, *((AA,) if self.aa and self.aa_needed(wl) else ()), *arms)
+        return Block(self.blocks, rep, wl, self.order(wl, rep)[pos], block_arms)
 
     def _open(self, wl: str, rep: int, ready: set[str]) -> list[str]:
         """The ready arms still running on ``wl`` with a task left in ``rep`` (those out of tasks end *exhausted*)."""
@@ -565,18 +563,13 @@ class Design:
         spreads = {wl: allocate.spread([[math.log(r) for r in self.task_ratios(a, wl).values()] for a in running])
                    for wl in self.workloads}
         wl, why = allocate.pick(self.shares, done, spreads, list(open_), warm=self.warm)
-        arms = open_[wl]
-        pos = min(self.status[a][wl].done.get(rep, 0) for a in arms)
-        arms = [a for a in arms if self.status[a][wl].done.get(rep, 0) == pos]
-        task = self.order(wl, rep)[pos]
-        block_arms = (BASELINE, *((AA,) if self.aa and self.aa_needed(wl) else ()), *arms)
         self.why[self.blocks] = why
-        return Block(self.blocks, rep, wl, task, block_arms)
+        return self._block(wl, rep, open_[wl])
 
     def allocation(self) -> str:
         """The blocks per workload so far, for the progress line: ``edit 7 of 12, prose 4 of 12, code share 0``."""
         blocks: dict[str, int] = {}
-        for arm_rows in (self.status.values()):
+        for arm_rows in self.status.values():
             for wl, st in arm_rows.items():
                 blocks[wl] = max(blocks.get(wl, 0), sum(st.done.values()))
         parts = [f"{wl} {blocks.get(wl, 0)} of {len(self.tasks[wl])}" for wl in self.workloads]

@@ -207,17 +207,20 @@ def request_seconds(result: Mapping[str, object] | None) -> float | None:
     return n / tps if n > 0 and tps > 0 else None
 
 
-def timed(ratios: Mapping[str, Mapping[str, float]], seconds: Mapping[str, Mapping[str, float]]
-          ) -> dict[str, list[tuple[float, float]]]:
-    """Per workload, per task: (the arm's, the reference's) decode time of a request. ``ratios``: the arm's paired
-    ratio per task of each workload; ``seconds``: the reference's decode seconds per task. **Shares of requests** are
-    turned into shares of time this way (issue 62 item 4): where every task's seconds are known, a task weighs by
-    its own plain time (b_i = T_i, a_i = T_i / r_i), so a workload whose requests take longer weighs more; where any
-    is missing, every request counts as the same time (b_i = 1, a_i = 1 / r_i: the shares are then taken as shares
-    of plain time, as before)."""
-    known = all(t in seconds.get(w, {}) for w, rs in ratios.items() for t in rs)
-    return {w: [((seconds[w][t] if known else 1.0) / r, seconds[w][t] if known else 1.0) for t, r in rs.items()]
-            for w, rs in ratios.items()}
+def timed(ratios: Mapping[str, Mapping[str, float]], seconds: Mapping[str, Mapping[str, float]],
+          versus: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, list[tuple[float, float]]]:
+    """Per workload, per task: (the arm's, the other side's) decode time of a request. ``ratios``: the arm's paired
+    ratio to the reference per task of each workload; ``seconds``: the reference's decode seconds per task;
+    ``versus``: the other side's ratios to the reference (None: the reference itself, ratio 1; a task it lacks is
+    left out). **Shares of requests** are turned into shares of time this way (issue 62 item 4): where every task's
+    seconds are known, a task weighs by its own plain time (a_i = T_i / r_i, b_i = T_i / v_i), so a workload whose
+    requests take longer weighs more; where any is missing, every request counts as the same time (T_i = 1: the
+    shares are then taken as shares of plain time, as before)."""
+    pairs = {w: {t: (r, versus[w][t] if versus is not None else 1.0) for t, r in rs.items()
+                 if versus is None or t in versus.get(w, {})} for w, rs in ratios.items()}
+    known = all(t in seconds.get(w, {}) for w, rs in pairs.items() for t in rs)
+    return {w: [((seconds[w][t] if known else 1.0) / r, (seconds[w][t] if known else 1.0) / v)
+                for t, (r, v) in rs.items()] for w, rs in pairs.items() if rs}
 
 
 def time_shares(times: Mapping[str, Sequence[tuple[float, float]]], shares: Mapping[str, float]) -> dict[str, float]:

@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any
 
 from specops.bench.arms import BASELINE
+from specops.bench.stats import Interval
 from specops.tune import decide, evidence, mix
 from specops.tune.predict import Shortlist
 from specops.tune.state import Setup, TuneError
@@ -63,10 +64,12 @@ def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, short
         per_wl[wl] = c.short()
         if len(blocks.workloads) > 1:
             open_lines += settle_note(blocks, results, c, args.margin, wl)
-    more = minutes_to_settle(results, choice, blocks, weights, args.margin)
+    proj = to_settle(blocks, results, choice, args.margin, None, weights)
+    more = None if proj is None or proj.tasks is None else proj.minutes
     return measured, dataclasses.replace(choice, settle=tuple(open_lines), weighed=how,
-                                         to_settle_min=None if more is None else round(more[0], 1),
-                                         to_settle_tasks=None if more is None else more[1:]), per_wl
+                                         to_settle_min=None if more is None else round(more, 1),
+                                         to_settle_tasks=None if more is None or proj is None or proj.tasks is None
+                                         else (proj.tasks, proj.held)), per_wl
 
 
 def planned(given: dict[str, float] | None, counts: dict[str, int],
@@ -114,32 +117,58 @@ def covered(blocks: evidence.Blocks, names: list[str], identical: dict[str, bool
     return weights, how
 
 
-def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choice, margin: float,
-                workload: str | None, weights: dict[str, float] | None = None) -> list[str]:
-    """For an undecided figure (overall, over ``weights`` when given, or one workload's): how many tasks would settle
-    it if its estimate and the tasks' spread held (:func:`specops.tune.decide.tasks_to_settle`), the minutes at this
-    host's time a block, and what to set where the task set holds fewer."""
+@dataclasses.dataclass(frozen=True)
+class ToSettle:
+    """An undecided figure's projection: the figure, the tasks that would settle it if its estimate and spread held
+    (None: not even 500), the measurement's seconds a block and the tasks the task set holds for it."""
+
+    figure: Interval
+    tasks: int | None
+    per_block_s: float
+    held: int
+
+    @property
+    def minutes(self) -> float | None:
+        """The minutes of measuring more at this host's time a block (None: no projection)."""
+        if self.tasks is None or self.per_block_s <= 0:
+            return None
+        return max(0, self.tasks - self.figure.n) * self.per_block_s / 60
+
+
+def to_settle(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choice, margin: float,
+              workload: str | None, weights: dict[str, float] | None = None) -> ToSettle | None:
+    """For an undecided figure (overall, over ``weights`` when given, or one workload's): its projection
+    (:func:`specops.tune.decide.tasks_to_settle`); None when decided or without an interval."""
     if c.settled or c.chosen != decide.PLAIN or not c.runner_up:
-        return []
+        return None
     fig = (blocks.mix_interval(c.runner_up, BASELINE, weights) if workload is None and weights
            else blocks.interval(c.runner_up, BASELINE, workload))
     if fig is None or not fig.has_ci:
-        return []
+        return None
     counts = (results.get("plan") or {}).get("workload_counts") or {}
-    have = int(sum(counts.get(w, 0) for w in (weights or counts)) if workload is None else counts.get(workload, 0))
-    per_block = block_seconds(results)
+    held = int(sum(int(counts.get(w, 0)) for w in (weights or counts)) if workload is None
+               else counts.get(workload, 0))
+    return ToSettle(fig, decide.tasks_to_settle(fig, margin), block_seconds(results), held)
+
+
+def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choice, margin: float,
+                workload: str | None, weights: dict[str, float] | None = None) -> list[str]:
+    """For an undecided figure (:func:`to_settle`): how many tasks would settle it, the minutes at this host's time a
+    block, and what to set where the task set holds fewer."""
+    proj = to_settle(blocks, results, c, margin, workload, weights)
+    if proj is None:
+        return []
+    fig, k = proj.figure, proj.tasks
     head = (f"{workload or 'overall'}: {c.runner_up} {fig.fmt()} against the unit's plain decoding on {fig.n} tasks "
             "is undecided")
-    k = decide.tasks_to_settle(fig, margin)
     if k is None:
         return [f"{head}; at its spread, not even 500 tasks would settle it"]
     line = f"{head}; about {k} tasks would settle it if its estimate and spread hold"
-    if per_block > 0:
-        more = max(0, k - fig.n) * per_block / 60
-        line += f" (~{more:.0f} min more of measuring at {per_block:.0f} s a block here)"
-    if have and k > have:
-        line += (f"; the task set holds {have}: more with --limit-per-workload / llama_server_tune_limit_per_workload, "
-                 "or the traffic's own tasks (--tasks / llama_server_tune_tasks)")
+    if proj.minutes is not None:
+        line += f" (~{proj.minutes:.0f} min more of measuring at {proj.per_block_s:.0f} s a block here)"
+    if proj.held and k > proj.held:
+        line += (f"; the task set holds {proj.held}: more with --limit-per-workload / "
+                 "llama_server_tune_limit_per_workload, or the traffic's own tasks (--tasks / llama_server_tune_tasks)")
     return [line]
 
 
@@ -149,33 +178,14 @@ def block_seconds(results: dict[str, Any]) -> float:
     return float(outcome.get("elapsed_s") or 0) / max(1, int(outcome.get("blocks") or 0))
 
 
-def minutes_to_settle(results: dict[str, Any] | None, choice: decide.Choice, blocks: evidence.Blocks | None,
-                      weights: dict[str, float] | None, margin: float) -> tuple[float, int, int] | None:
-    """For an undecided whole figure: (the minutes of measuring more that would settle it at this host's time a
-    block, the tasks that would, the tasks the task set holds for it), if its estimate and spread held (None:
-    decided, or no projection)."""
-    if results is None or blocks is None or choice.settled or choice.chosen != decide.PLAIN or not choice.runner_up:
-        return None
-    fig = (blocks.mix_interval(choice.runner_up, BASELINE, weights) if weights
-           else blocks.interval(choice.runner_up, BASELINE))
-    if fig is None or not fig.has_ci:
-        return None
-    k = decide.tasks_to_settle(fig, margin)
-    per_block = block_seconds(results)
-    if k is None or per_block <= 0:
-        return None
-    counts = (results.get("plan") or {}).get("workload_counts") or {}
-    have = int(sum(int(n) for w, n in counts.items() if not weights or w in weights))
-    return max(0, k - fig.n) * per_block / 60, k, have
-
-
 def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None,
            short: Shortlist) -> tuple[list[decide.Measured], decide.Choice, dict[str, str]]:
     """The measured candidates, the choice and what each workload would prefer; what stays open (shortlisted and
     not measured, undecided) is said in ``s.open``."""
     # the candidates held back that were measured (one was on course to clear the margin): in the choice, no longer
     # open
-    ran = set(evidence.Blocks(results["blocks"]).arms) if results and results.get("blocks") else set()
+    blocks = evidence.Blocks(results["blocks"]) if results and results.get("blocks") else None
+    ran = set(blocks.arms) if blocks else set()
     extra = [n for n in short.reserve if n in ran]
     s.open[:] = [line for line in s.open if not any(line.startswith(f"{n}: ") for n in extra)]
     shortlisted = short.shortlisted + extra
@@ -196,18 +206,17 @@ def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None,
     elif not choice.settled:
         s.open.append(choice.reason)
     s.open.extend(choice.settle)
-    pairs = types_paired(results, short.shortlisted, extra, args.mix or s.shares)
+    pairs = types_paired(blocks, short.shortlisted, extra, args.mix or s.shares)
     return measured, dataclasses.replace(choice, pairs=pairs) if pairs else choice, per_wl
 
 
-def types_paired(results: dict[str, Any] | None, leaders: list[str], extra: list[str],
+def types_paired(blocks: evidence.Blocks | None, leaders: list[str], extra: list[str],
                  weights: dict[str, float] | None) -> tuple[str, ...]:
     """Each held-back candidate that was measured against each shortlisted one, paired on the same tasks (the whole
     figure's weighting): ``exact-ngram-simple ÷ exact-ngram-mod = 1.06× [0.98, 1.15] paired on the same tasks``
     (issue 61 item 2: the record keeps the ratio between the two types)."""
-    if not results or not results.get("blocks") or not extra:
+    if blocks is None or not extra:
         return ()
-    blocks = evidence.Blocks(results["blocks"])
     out = []
     for e in extra:
         for lead in leaders:

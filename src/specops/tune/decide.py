@@ -28,6 +28,7 @@ from specops.bench.costmodel import (
     predicted_speedup,
     survival,
 )
+from specops.bench.design import deployable
 from specops.bench.stats import Interval, t975
 
 PLAIN = "plain"
@@ -221,11 +222,6 @@ def _usable(measured: Sequence[Measured], need_identical: bool) -> tuple[list[Me
         else:
             usable.append(m)
     return usable, left
-
-
-def deployable(iv: Interval, margin: float) -> bool:
-    """Confidently faster than plain decoding, and not confidently under 1 + ``margin``: what may be served."""
-    return iv.significantly_above(1.0) and not iv.significantly_below(1.0 + margin)
 
 
 def choose(measured: Sequence[Measured], need_identical: bool = True, margin: float = 0.05,

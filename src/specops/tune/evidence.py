@@ -104,19 +104,17 @@ class Blocks:
         """Per workload, per task: (``arm``'s, ``versus``'s) decode time of a request, in ``ref``'s seconds where
         every such task's are known (:func:`specops.bench.weighted.timed`: shares of requests weigh by plain time),
         else relative to ``ref``'s (1 / the paired ratio; as :meth:`relative_times`)."""
-        rel = self.relative_times(arm, ref, versus)
-        keys = [k for k in self.task_ratios(arm, ref) if versus is None or k in self.task_ratios(versus, ref)]
-        secs = {k: self.seconds.get(f"{ref}/{k}") for k in keys}
-        if not keys or any(not v for v in secs.values()):
-            return rel
-        out: dict[str, list[tuple[float, float]]] = {}
-        for k in keys:
-            w = k.split("/", 1)[0]
-            t = sum(secs[k] or ()) / len(secs[k] or (1,))
-            a = 1 / self.task_ratios(arm, ref)[k]
-            b = 1 / self.task_ratios(versus, ref)[k] if versus else 1.0
-            out.setdefault(w, []).append((t * a, t * b))
-        return out
+        def by_workload(ratios: Mapping[str, float]) -> dict[str, dict[str, float]]:
+            out: dict[str, dict[str, float]] = {}
+            for key, value in ratios.items():
+                wl, task = key.split("/", 1)
+                out.setdefault(wl, {})[task] = value
+            return out
+
+        secs = {k: sum(v) / len(v) for k, v in self.seconds.items() if k.startswith(f"{ref}/")}
+        return weighted.timed(by_workload(self.task_ratios(arm, ref)),
+                              by_workload({k.split("/", 1)[1]: v for k, v in secs.items()}),
+                              by_workload(self.task_ratios(versus, ref)) if versus is not None else None)
 
     def check_mix(self, mix: Mapping[str, float]) -> None:
         """A workload with a share but no block measured: MixError (one line)."""

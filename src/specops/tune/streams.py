@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from specops.bench.arms import BASELINE, on_unit, parse_arm
+from specops.bench.design import deployable
 from specops.bench.runner import BenchConfig
 from specops.bench.stats import Interval, geomean_ratio_ci
 from specops.server import ServerProcess
 from specops.soak.saturation import PLAIN, SPEC, SaturationPlan, SaturationRunner
-from specops.tune.decide import deployable
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def measure(cfg: BenchConfig, name: str, n: int, plan: SaturationPlan, log_dir: 
 
 def verdict(at: AtN, margin: float = 0.05) -> tuple[bool, bool, str]:
     """(the candidate stands at N, settled, why): it stands only when deployable at N by the rule at one stream
-    (:func:`specops.tune.decide.deployable`: confidently faster than plain decoding, and not confidently under
+    (:func:`specops.bench.design.deployable`: confidently faster than plain decoding, and not confidently under
     1 + ``margin``; issue 62 item 2)."""
     what = f"{at.candidate} at {at.n} streams {at.fmt()} against plain decoding at {at.n} streams ({at.blocks} blocks)"
     if at.speedup is None or not at.speedup.has_ci:
