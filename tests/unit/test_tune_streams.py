@@ -55,14 +55,20 @@ def test_the_plan_and_the_reserve_count_each_phase_tail() -> None:
     assert streams.reserve_s(960, tail) == pytest.approx(288)  # budget 16: 30% of it, above the floor
 
 
-def at(estimate: float, low: float | None, high: float | None) -> streams.AtN:
-    return streams.AtN(2, "exact-ngram-mod", Interval(estimate, low, high, 4), blocks=4)
+SAME = streams.IdentityAtN(16, 0, 16, 0)  # plain decoding deterministic at N, and the candidate too
+
+
+def at(estimate: float, low: float | None, high: float | None,
+       identity: streams.IdentityAtN | None = SAME) -> streams.AtN:
+    return streams.AtN(2, "exact-ngram-mod", Interval(estimate, low, high, 4), blocks=4, identity=identity)
 
 
 def test_only_a_confident_gain_at_n_stands() -> None:
     stands, settled, why = streams.verdict(at(1.16, 1.08, 1.25))
     assert (stands, settled) == (True, True)
-    assert why == ("exact-ngram-mod at 2 streams 1.16× [1.08, 1.25] against plain decoding at 2 streams (4 blocks)")
+    assert why == ("exact-ngram-mod at 2 streams 1.16× [1.08, 1.25] against plain decoding at 2 streams (4 blocks); "
+                   "plain decoding deterministic at N (plain decoding's own repeats 0 of 16), so the candidate must "
+                   "be too: 0 of 16 answers differ from plain decoding's")
     stands, settled, why = streams.verdict(at(0.86, 0.80, 0.93))
     assert (stands, settled) == (False, True) and why.startswith("slower at 2 streams: ")
     stands, settled, why = streams.verdict(at(1.03, 0.95, 1.12))
@@ -73,6 +79,68 @@ def test_only_a_confident_gain_at_n_stands() -> None:
     stands, settled, why = streams.verdict(streams.AtN(2, "x", Interval(1.5, None, None, 1), blocks=1))
     assert (stands, settled) == (False, False) and "too few blocks" in why
     assert streams.AtN(2, "x", None).to_dict()["measured"] == "not measured"
+
+
+def test_identity_at_n_holds_the_candidate_to_plain_decodings_own_rate() -> None:
+    """Issue 62 item 1: at N the candidate's answers may differ from plain decoding's no more often than plain
+    decoding's own repeats do (one-sided Fisher exact test at 5%); where plain decoding is deterministic at N, the
+    candidate must be too. The issue's CPU run at N = 2: ngram-mod differed on 2 of 16, plain on 0 of 16."""
+    fast = (1.16, 1.08, 1.25)
+    stands, settled, why = streams.verdict(at(*fast, streams.IdentityAtN(16, 0, 16, 2)))
+    assert (stands, settled) == (False, True) and why.startswith("output differs at 2 streams: plain decoding "
+                                                                   "deterministic at N")
+    assert "2 of 16 answers differ" in why
+    # plain decoding itself differs at N (the issue's N = 4: 14 of 32): the candidate at the same rate stands ...
+    same_rate = streams.IdentityAtN(32, 14, 32, 15)
+    assert same_rate.judge()[0] is True and streams.verdict(at(*fast, same_rate))[0] is True
+    # ... one that differs on 28 of 32 does not (p far below 5%), and the record keeps both rates and the rule
+    worse = streams.IdentityAtN(32, 14, 32, 28)
+    stands, settled, why = streams.verdict(at(*fast, worse))
+    assert (stands, settled) == (False, True) and "p = 0.000" in why
+    d = worse.to_dict()
+    assert d["plain"] == {"compared": 32, "differed": 14, "rate": 14 / 32}
+    assert d["candidate"] == {"compared": 32, "differed": 28, "rate": 28 / 32}
+    assert d["holds"] is False and d["level"] == 0.05 and d["rule"].startswith("28 of 32 answers differ")
+    # not judged (plain decoding repeated no task): a fast candidate does not stand, undecided
+    stands, settled, why = streams.verdict(at(*fast, streams.IdentityAtN(0, 0, 12, 0)))
+    assert (stands, settled) == (False, False) and why.endswith("plain decoding repeated no task")
+    assert streams.verdict(at(*fast, None))[:2] == (False, False)
+    # rule fastest: identity recorded, not applied
+    assert streams.verdict(at(*fast, worse), need_identical=False)[0] is True
+    # a speed verdict that does not stand is not overturned by identity
+    assert streams.verdict(at(0.86, 0.80, 0.93, worse))[1] is True
+
+
+def test_fisher_exact_matches_the_hypergeometric_tail() -> None:
+    """The one-sided p-value against values computed by hand (and by scipy.stats.fisher_exact(alternative=
+    'greater') on [[x1, n1 - x1], [x0, n0 - x0]])."""
+    assert streams.fisher_greater(0, 10, 0, 10) == 1.0
+    assert streams.fisher_greater(3, 3, 0, 3) == pytest.approx(1 / 20)  # C(6,3) = 20 ways, one all-candidate
+    assert streams.fisher_greater(15, 32, 14, 32) == pytest.approx(0.5, abs=0.15)
+    assert streams.fisher_greater(28, 32, 14, 32) < 0.001
+    assert streams.fisher_greater(2, 16, 0, 16) == pytest.approx(15 / 62)  # C(16,2) / C(32,2): both in the first row
+
+
+def test_the_identity_counts_come_from_each_tasks_answers_in_the_phases() -> None:
+    """Plain decoding's repeats of a task in other blocks against its first answer; each candidate answer against
+    plain decoding's answer to the same task in the same block, else the nearest block's; failed and reference
+    requests do not count."""
+    def req(task: str, digest: str | None, outcome: str = "succeeded", kind: str = "load") -> dict:
+        return {"task_id": task, "digest": digest, "outcome": outcome, "kind": kind}
+
+    phases = [
+        {"arm": "speculative", "block": 0, "requests": [req("a", "A"), req("b", "Bx"), req("c", "C")]},
+        {"arm": "plain", "block": 0, "requests": [req("a", "A"), req("b", "B")]},
+        {"arm": "plain", "block": 1, "requests": [req("a", "A"), req("b", "B2"), req("z", None, "failed")]},
+        {"arm": "speculative", "block": 1,
+         "requests": [req("a", "A"), req("b", "B2"), req("c", "C", kind="reference")]},
+        {"arm": "plain", "block": 2, "requests": [req("c", "C")]},
+    ]
+    ident = streams.identity_at_n(phases)
+    # plain: a (A, A) and b (B, B2): 2 repeats, 1 differs; c answered once
+    assert (ident.plain_compared, ident.plain_differed) == (2, 1)
+    # candidate: block 0 a=A vs A, b=Bx vs B (differs), c vs block 2's C; block 1 a, b=B2 vs B2 (same block's)
+    assert (ident.candidate_compared, ident.candidate_differed) == (5, 1)
 
 
 def test_slots_processing_together_are_counted_per_poll() -> None:

@@ -19,6 +19,7 @@ as independent evidence that every slot was used and whether it speculated.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import math
 import re
@@ -63,6 +64,10 @@ class SaturationPlan:
     task_files: tuple[str, ...] = ()
     workloads: tuple[str, ...] = ()
     slots_interval: float = 1.0
+    # blocks that send the same tasks in the same order (one seed): 2 gives each arm two phases on the same
+    # requests, with different batch partners, so plain decoding's own run-to-run difference at N is measured
+    # beside the candidate's difference from it (the tune's identity at N, :mod:`specops.tune.streams`)
+    blocks_per_order: int = 1
 
     def __post_init__(self) -> None:
         if not self.levels or any(not 1 <= n <= 64 for n in self.levels):
@@ -71,6 +76,8 @@ class SaturationPlan:
             raise SoakConfigError("phase must be > 0 and at most the duration per level")
         if self.fault_every < 1 or not 0 <= self.fault_at < 1:
             raise SoakConfigError("fault_every >= 1 and fault_at within [0, 1)")
+        if self.blocks_per_order < 1:
+            raise SoakConfigError("blocks_per_order must be at least 1")
         if any(f.kind == "restart" for f in self.faults):
             raise SoakConfigError("restart needs a systemd unit: use kill9 or stop[:SECONDS] here")
 
@@ -81,6 +88,10 @@ class SaturationPlan:
 
     def block_order(self, block: int) -> tuple[str, str]:
         return (SPEC, PLAIN) if block % 2 == 0 else (PLAIN, SPEC)
+
+    def block_seed(self, block: int) -> int:
+        """The seed of ``block``'s task order: the same for each run of ``blocks_per_order`` blocks."""
+        return self.seed + block // self.blocks_per_order
 
     def block_fault(self, block: int) -> FaultSpec | None:
         if not self.faults or (block + 1) % self.fault_every:
@@ -306,8 +317,14 @@ def phase_record(level: int, block: int, arm: str, offset: float, result: SoakRe
         "pid_changes": result.pid_changes, "slots_seen": slots_seen,
         "requests": [{k: r[k] for k in ("kind", "outcome", "slot", "start", "end", "ttft", "predicted_n",
                                         "predicted_ms", "draft_n", "draft_accepted")} | {"attempts": len(r["attempts"])}
-                     for r in (rec.to_dict() for rec in result.records)],
+                     | {"task_id": rec.task_id, "digest": text_digest(rec.text)}
+                     for rec in result.records for r in (rec.to_dict(),)],
     }
+
+
+def text_digest(text: str | None) -> str | None:
+    """A short digest of a request's answer, for comparing answers across phases without keeping them."""
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class SaturationRunner:
@@ -335,7 +352,7 @@ class SaturationRunner:
         cfg = SoakConfig(
             url=sup.current.base_url, duration=p.phase, concurrency=level, pin_slots=True, stream=True,
             max_tokens=p.max_tokens, request_timeout=p.request_timeout, backoff=p.backoff, references=0,
-            reference_interval=p.phase, task_files=p.task_files, workloads=p.workloads, seed=p.seed + block,
+            reference_interval=p.phase, task_files=p.task_files, workloads=p.workloads, seed=p.block_seed(block),
             sample_interval=min(5.0, p.phase / 4), bucket_seconds=p.phase, faults=faults,
             thresholds=Thresholds(min_tps_ratio=0.0), run_id=f"{self.run_id}-n{level}-b{block}-{arm}")
         watcher = SlotWatcher(sup.current.base_url, p.slots_interval)

@@ -12,8 +12,18 @@ every phase says how many slots were seen processing at once (the evidence that 
 
 The rule at N is the one-stream rule: the candidate stands only when it is confidently faster than plain decoding
 at N; confidently slower, plain decoding is served (settled); figures that reach both sides, plain decoding is
-served, undecided. Output identity is not judged at N (requests batched with different partners may differ from
-one-stream decoding in both arms alike): the one-stream identity check stands, and the record says so.
+served, undecided; and the margin is the one at one stream (not confidently under 1 + margin).
+
+Output identity at N (issue 62 item 1): requests batched with different partners may differ from one-stream
+decoding in both arms alike, so at N the candidate is held to **plain decoding's own run-to-run difference rate**
+there, not to byte identity. The plan sends the same tasks in the same order in two blocks running (one seed per
+pair of blocks), so each task meets plain decoding twice with different batch partners: plain's rate is the share
+of those repeats whose answer changed, the candidate's the share of its answers that differ from plain decoding's
+answer to the same task (the same block's, else the nearest block's). Under rule *identical* the candidate stands
+only where its rate is not higher beyond chance: a one-sided Fisher exact test on the four counts at
+IDENTITY_LEVEL; where plain decoding was deterministic at N (no repeat changed) the candidate must be too (none of
+its answers differs). Either side without a comparison is *not judged*: the candidate does not stand, undecided.
+The record keeps both rates, the counts, the p-value and the rule that applied.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ BLOCKS = 4  # paired blocks (one phase per arm each) when the time allows
 START_S = 45.0  # two servers at --parallel N started, loaded and warmed (each slot once) before the first phase
 OVERRUN_S = 60.0  # the one-stream measurement may end this much after its share (its last block, a loaded host)
 SHARE = 0.3  # of the tune's budget, kept for the measurement at N streams
+IDENTITY_LEVEL = 0.05  # one-sided: the candidate's difference rate above plain decoding's own beyond this chance
 
 
 def request_s(n: int, max_tokens: int, s_per_token: float) -> float:
@@ -60,6 +71,93 @@ def reserve_s(budget_s: float, tail_s: float = 0.0) -> float:
 
 
 @dataclass(frozen=True)
+class IdentityAtN:
+    """Plain decoding's own run-to-run difference at N against the candidate's difference from plain decoding."""
+
+    plain_compared: int  # plain answers compared with plain decoding's answer to the same task in another block
+    plain_differed: int
+    candidate_compared: int  # candidate answers compared with plain decoding's answer to the same task
+    candidate_differed: int
+
+    @staticmethod
+    def rate(differed: int, compared: int) -> float | None:
+        return differed / compared if compared else None
+
+    @property
+    def p_value(self) -> float | None:
+        """One-sided Fisher exact test: the chance of the candidate differing this often or more were its rate
+        plain decoding's own (None: a side without comparisons)."""
+        if not self.plain_compared or not self.candidate_compared:
+            return None
+        return fisher_greater(self.candidate_differed, self.candidate_compared, self.plain_differed,
+                              self.plain_compared)
+
+    def judge(self, level: float = IDENTITY_LEVEL) -> tuple[bool | None, str]:
+        """(holds, the rule that applied and what it found); holds None: not judged."""
+        cand = f"{self.candidate_differed} of {self.candidate_compared} answers differ from plain decoding's"
+        own = f"plain decoding's own repeats {self.plain_differed} of {self.plain_compared}"
+        if not self.plain_compared or not self.candidate_compared:
+            side = "plain decoding repeated no task" if not self.plain_compared else "no candidate answer compared"
+            return None, f"output identity at N not judged: {side}"
+        if not self.plain_differed:
+            holds = not self.candidate_differed
+            return holds, (f"plain decoding deterministic at N ({own}), so the candidate must be too: {cand}")
+        p = self.p_value
+        assert p is not None
+        holds = p >= level
+        return holds, (f"{cand} against {own}: one-sided Fisher exact test p = {p:.3f}, "
+                       f"{'not ' if holds else ''}more often beyond chance at {level:.0%}")
+
+    def to_dict(self, level: float = IDENTITY_LEVEL) -> dict[str, Any]:
+        holds, rule = self.judge(level)
+        p = self.p_value
+        return {"plain": {"compared": self.plain_compared, "differed": self.plain_differed,
+                          "rate": self.rate(self.plain_differed, self.plain_compared)},
+                "candidate": {"compared": self.candidate_compared, "differed": self.candidate_differed,
+                              "rate": self.rate(self.candidate_differed, self.candidate_compared)},
+                "p_value": None if p is None else round(p, 4), "level": level, "holds": holds, "rule": rule}
+
+
+def fisher_greater(x1: int, n1: int, x0: int, n0: int) -> float:
+    """P(X >= x1) for X hypergeometric: ``x1 + x0`` differences among ``n1 + n0`` comparisons, ``n1`` of them
+    the candidate's (the one-sided Fisher exact test of a higher rate in the first row)."""
+    k_all, n_all = x1 + x0, n1 + n0
+    total = math.comb(n_all, n1)
+    return sum(math.comb(k_all, k) * math.comb(n_all - k_all, n1 - k) for k in range(x1, min(k_all, n1) + 1)) / total
+
+
+def identity_at_n(phases: list[dict[str, Any]]) -> IdentityAtN:
+    """The counts of :class:`IdentityAtN` from the measurement's phases (each request's task id and answer
+    digest, :func:`specops.soak.saturation.phase_record`)."""
+    answers: dict[str, dict[int, list[tuple[str, str]]]] = {SPEC: {}, PLAIN: {}}
+    for ph in phases:
+        got = answers.get(ph["arm"])
+        if got is None:
+            continue
+        got[ph["block"]] = [(r["task_id"], r["digest"]) for r in ph["requests"]
+                            if r.get("kind") == "load" and r.get("outcome") != "failed" and r.get("digest")]
+    plain_first: dict[str, dict[int, str]] = {}  # task -> block -> plain decoding's first answer in that block
+    for block, got in sorted(answers[PLAIN].items()):
+        for task, digest in got:
+            plain_first.setdefault(task, {}).setdefault(block, digest)
+    p_cmp = p_diff = 0
+    for by_block in plain_first.values():
+        digests = [by_block[b] for b in sorted(by_block)]
+        p_cmp += len(digests) - 1
+        p_diff += sum(d != digests[0] for d in digests[1:])
+    c_cmp = c_diff = 0
+    for block, got in answers[SPEC].items():
+        for task, digest in got:
+            by_block = plain_first.get(task)
+            if not by_block:
+                continue
+            ref = by_block[min(by_block, key=lambda b: (abs(b - block), b))]
+            c_cmp += 1
+            c_diff += digest != ref
+    return IdentityAtN(p_cmp, p_diff, c_cmp, c_diff)
+
+
+@dataclass(frozen=True)
 class AtN:
     """One candidate against plain decoding at N streams."""
 
@@ -72,6 +170,7 @@ class AtN:
     blocks: int = 0
     seconds: float = 0.0
     problems: tuple[str, ...] = ()
+    identity: IdentityAtN | None = None
 
     def fmt(self) -> str:
         return self.speedup.fmt() if self.speedup else "not measured"
@@ -81,7 +180,7 @@ class AtN:
                 "speedup": self.speedup.to_dict() if self.speedup else None, "tokens_per_s": self.tokens_per_s,
                 "latency_s": self.latency_s, "streams_in_flight": self.in_flight, "blocks": self.blocks,
                 "seconds": round(self.seconds, 1), "problems": list(self.problems),
-                "identity": "not judged at N streams (the one-stream check stands)"}
+                "identity": self.identity.to_dict() if self.identity else None}
 
 
 def fitting_n(n: int, need: Callable[[int], int], room: int) -> int:
@@ -102,7 +201,7 @@ def plan_for(n: int, seconds: float, max_tokens: int, task_files: tuple[str, ...
         return None
     return SaturationPlan(levels=(n,), duration=blocks * 2 * phase, phase=phase, faults=(), max_tokens=max_tokens,
                           request_timeout=max(120.0, 4 * phase), recovery_timeout=60.0, task_files=task_files,
-                          workloads=workloads, slots_interval=0.5)
+                          workloads=workloads, slots_interval=0.5, blocks_per_order=2)
 
 
 def measure(cfg: BenchConfig, name: str, n: int, plan: SaturationPlan, log_dir: Path) -> AtN:
@@ -128,18 +227,25 @@ def measure(cfg: BenchConfig, name: str, n: int, plan: SaturationPlan, log_dir: 
         tokens_per_s={arm: arms_out[arm]["tokens_per_s"] for arm in (SPEC, PLAIN)},
         latency_s={arm: {"ttft": arms_out[arm]["ttft_s"], "total": arms_out[arm]["total_s"]} for arm in (SPEC, PLAIN)},
         in_flight={arm: arms_out[arm]["slots_processing_at_once"] for arm in (SPEC, PLAIN)},
-        blocks=len(ratios), seconds=result.duration_s, problems=tuple(level["problems"]))
+        blocks=len(ratios), seconds=result.duration_s, problems=tuple(level["problems"]),
+        identity=identity_at_n(result.phases))
 
 
-def verdict(at: AtN, margin: float = 0.05) -> tuple[bool, bool, str]:
+def verdict(at: AtN, margin: float = 0.05, need_identical: bool = True) -> tuple[bool, bool, str]:
     """(the candidate stands at N, settled, why): it stands only when deployable at N by the rule at one stream
     (:func:`specops.bench.design.deployable`: confidently faster than plain decoding, and not confidently under
-    1 + ``margin``; issue 62 item 2)."""
+    1 + ``margin``; issue 62 item 2) and, under rule *identical* (``need_identical``), its answers differ from plain
+    decoding's no more often than plain decoding's own do at N (:meth:`IdentityAtN.judge`; issue 62 item 1)."""
     what = f"{at.candidate} at {at.n} streams {at.fmt()} against plain decoding at {at.n} streams ({at.blocks} blocks)"
+    holds, rule = at.identity.judge() if at.identity else (None, "output identity at N not judged: no answers")
+    if need_identical and holds is False:
+        return False, True, f"output differs at {at.n} streams: {rule} ({what})"
     if at.speedup is None or not at.speedup.has_ci:
         return False, False, f"undecided at {at.n} streams: {what}: too few blocks for an interval"
     if deployable(at.speedup, margin):
-        return True, True, what
+        if need_identical and holds is None:
+            return False, False, f"undecided at {at.n} streams: {what}: {rule}"
+        return True, True, f"{what}; {rule}"
     if at.speedup.significantly_below(1.0 + margin) and not at.speedup.significantly_below(1.0):
         return False, True, f"no gain worth deploying at {at.n} streams: {what}: wholly under 1 + {margin:.0%}"
     if at.speedup.significantly_below(1.0):
