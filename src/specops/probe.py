@@ -34,7 +34,8 @@ def summarize_probe(raw: dict[str, Any]) -> dict[str, Any]:
         "predicted_per_second": float(timings.get("predicted_per_second") or 0.0),
         "content": raw.get("content", ""),
         # where the proof came from: probe (our own completion), traffic (the service's own requests moved the
-        # speculation counters), unproven (busy, no answer within the deadline: reason says why)
+        # speculation counters), earlier (the same process's proof at an earlier deploy, the unit unchanged: its
+        # counters then to now), unproven (busy, no answer within the deadline: reason says why)
         "source": str(raw.get("source") or "probe"),
         "since": str(raw.get("since") or ""),
         "seconds": float(raw.get("seconds") or 0.0),

@@ -3,6 +3,9 @@ the profile that is deployed (roles/models fit.yml, fed by roles/llama_server pr
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
 import os
 import stat
@@ -14,6 +17,7 @@ import pytest
 import yaml
 
 from specops.deploycheck import check_host, check_inputs
+from specops.probe import summarize_probe
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = yaml.safe_load((REPO / "roles/llama_server/meta/argument_specs.yml").read_text())["argument_specs"]["main"][
@@ -494,3 +498,68 @@ def test_probe_answers_a_401_with_one_json_line_naming_the_key_file(tmp_path):
     assert len(lines) == 1 and "sk-wrong" not in proc.stdout + proc.stderr
     error = json.loads(lines[0])["error"]
     assert "HTTP 401" in error and str(key) in error and "llama_server_api_key_file" in error
+
+
+def test_an_unchanged_unit_whose_process_was_proven_is_not_probed_again(tmp_path, monkeypatch):
+    """Issue 63 item 2: a no-op re-deploy spent 20 s of its 80 on a probe completion of a unit that had not changed,
+    whose very process had been proven before. The same PID started at the same moment: its earlier proof stands
+    ('earlier', its counters then to now); another start of the unit, or no earlier proof, sends the probe."""
+    import http.server
+    import threading
+
+    from tests.unit.by_path import host_script
+
+    probe = host_script("probe")
+    completions = []
+
+    class Stand(http.server.BaseHTTPRequestHandler):
+        def _send(self, body: bytes):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path == "/metrics":
+                n = 10 * len(completions)
+                self._send(f"llamacpp:spec_decode_num_draft_tokens_total {n}\n".encode())
+            else:
+                self._send(json.dumps([{"id": 0, "is_processing": False, "speculative": True}]).encode())
+
+        def do_POST(self):
+            completions.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self._send(json.dumps({"content": "x", "timings": {"predicted_per_second": 9.5}}).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Stand)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    process = ["4242", "1000"]
+    monkeypatch.setattr(probe, "main_process", lambda unit: (int(process[0]), process[1]))
+    state = tmp_path / "proof.json"
+
+    def run(busy_deadline: float) -> dict:
+        args = argparse.Namespace(url=f"http://127.0.0.1:{server.server_port}", prompt="p", tokens=4,
+                                  api_key_file=None, unit="u.service", state=str(state), busy_deadline=busy_deadline)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert probe.prove(args, {}) == 0
+        return json.loads(out.getvalue())
+
+    try:
+        first = run(0.0)  # a changed unit: the probe completion
+        assert first["source"] == "probe" and len(completions) == 1
+        again = run(5.0)  # unchanged, the same process: its earlier proof, no completion
+        assert again["source"] == "earlier" and len(completions) == 1 and "pid 4242" in again["since"]
+        assert again["metrics_before"] == first["metrics_before"] and again["timings"] == first["timings"]
+        summary = summarize_probe(again)
+        assert summary["draft_tokens_delta"] == 10 and summary["predicted_per_second"] == 9.5
+        assert run(5.0)["since"] == again["since"]  # still the first proof's moment, not re-dated
+        process[1] = "2000"  # the unit started again (the same PID reused): probed again
+        assert run(5.0)["source"] == "probe" and len(completions) == 2
+        drafted_now = f"llamacpp:spec_decode_num_draft_tokens_total {10 * len(completions)}\n"
+        state.write_text(json.dumps({"pid": 4242, "started": "2000", "metrics": drafted_now}))  # written before
+        assert run(5.0)["source"] == "probe" and len(completions) == 3
+    finally:
+        server.shutdown()

@@ -5,9 +5,12 @@ Runs on the managed host (standard library only) and prints the raw answers as J
 the Prometheus text with prometheus-client (specops_probe_summary) and decides.
 
 ``--busy-deadline S`` (an unchanged, running unit): the traffic is the proof when it shows speculation --
-the speculation counters of the same process moved since the last proof (``--state``), or move within S
-seconds while a slot is busy; else a probe completion that must answer within what is left of S (it would
-otherwise queue behind a long answer on the only slot). "source" says which: traffic, probe or unproven.
+the speculation counters of the same process moved since the last proof (``--state``); else the same process's
+earlier proof stands ("earlier": the unit is unchanged and the process proven then is the one running, the same
+PID started at the same moment, so a completion would prove nothing new, and on a 2-core CPU it cost a no-op
+re-deploy 20 s); else the counters moving within S seconds while a slot is busy; else a probe completion that must
+answer within what is left of S (it would otherwise queue behind a long answer on the only slot). "source" says
+which: traffic, earlier, probe or unproven.
 """
 
 import argparse
@@ -36,12 +39,15 @@ def drafted(metrics: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def main_pid(unit: str) -> int:
+def main_process(unit: str) -> tuple[int, str]:
+    """The unit's main PID and when it started (systemd's monotonic start stamp): together they name one process,
+    a PID reused by a later start reads differently. (0, "") without a unit."""
     if not unit:
-        return 0
-    out = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit], capture_output=True, text=True,
-                         check=False)
-    return int(out.stdout.strip() or 0)
+        return 0, ""
+    out = subprocess.run(["systemctl", "show", "-p", "MainPID", "-p", "ExecMainStartTimestampMonotonic", unit],
+                         capture_output=True, text=True, check=False)
+    got = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    return int(got.get("MainPID") or 0), got.get("ExecMainStartTimestampMonotonic", "")
 
 
 def completion(url: str, headers: dict, prompt: str, tokens: int, timeout: float) -> dict:
@@ -62,11 +68,18 @@ def load_state(path: str) -> dict:
         return {}
 
 
-def save_state(path: str, pid: int, metrics: str) -> None:
+def save_state(path: str, pid: int, metrics: str, started: str = "", proof: dict | None = None) -> None:
+    """The counters after this proof, and the proof itself (when, the counters before it, the completion's timings)
+    for the same process's next deploy."""
     if path and pid:
         with open(path + ".tmp", "w") as fh:
-            json.dump({"pid": pid, "metrics": metrics}, fh)
+            json.dump({"pid": pid, "started": started, "metrics": metrics, "proof": proof}, fh)
         os.replace(path + ".tmp", path)
+
+
+def proof_of(out: dict) -> dict:
+    return {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "source": out["source"],
+            "metrics_before": out["metrics_before"], "timings": out.get("timings", {})}
 
 
 def main() -> int:
@@ -95,16 +108,22 @@ def main() -> int:
 
 def prove(args: argparse.Namespace, headers: dict) -> int:
     t0 = time.monotonic()
-    pid = main_pid(args.unit)
+    pid, started = main_process(args.unit)
     now = get(args.url + "/metrics", headers)
     out = {"source": "probe", "metrics_before": now, "pid": pid}
     if args.busy_deadline > 0:
         prev = load_state(args.state)
+        same = bool(pid) and prev.get("pid") == pid and prev.get("started", "") == started
         slots = json.loads(get(args.url + "/slots", headers))
         busy = any(s.get("is_processing") for s in slots)
         out["busy"] = busy
-        if prev.get("pid") == pid and drafted(now) > drafted(prev.get("metrics", "")):
+        earlier = prev.get("proof") if same else None
+        if same and drafted(now) > drafted(prev.get("metrics", "")):
             out.update(source="traffic", since="the last proof", metrics_before=prev["metrics"], metrics_after=now)
+        elif earlier and earlier.get("metrics_before"):
+            out.update(source="earlier", since=f"{earlier.get('at', '?')} (the same process, pid {pid})",
+                       metrics_before=earlier["metrics_before"], metrics_after=now,
+                       timings=earlier.get("timings") or {})
         elif busy:
             while time.monotonic() - t0 < args.busy_deadline:
                 time.sleep(0.5)
@@ -112,10 +131,11 @@ def prove(args: argparse.Namespace, headers: dict) -> int:
                 if drafted(later) > drafted(now):
                     out.update(source="traffic", since="this deploy began", metrics_after=later)
                     break
-        if out["source"] == "traffic":
+        if out["source"] in ("traffic", "earlier"):
             out["slots"] = json.loads(get(args.url + "/slots", headers))
             out["seconds"] = round(time.monotonic() - t0, 2)
-            save_state(args.state, pid, out["metrics_after"])
+            save_state(args.state, pid, out["metrics_after"], started,
+                       earlier if out["source"] == "earlier" else proof_of(out))
             print(json.dumps(out))
             return 0
     left = args.busy_deadline - (time.monotonic() - t0) if args.busy_deadline > 0 else 600
@@ -134,7 +154,7 @@ def prove(args: argparse.Namespace, headers: dict) -> int:
     out["metrics_after"] = get(args.url + "/metrics", headers)
     out["slots"] = json.loads(get(args.url + "/slots", headers))
     out["seconds"] = round(time.monotonic() - t0, 2)
-    save_state(args.state, pid, out["metrics_after"])
+    save_state(args.state, pid, out["metrics_after"], started, proof_of(out))
     print(json.dumps(out))
     return 0
 
