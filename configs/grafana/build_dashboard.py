@@ -182,13 +182,30 @@ ROWS: list[tuple[str, list[Panel]]] = [
               "settings), or the speed-gate record is not ok; TabbyAPI has none",
               description="The profile the deploy's auto-tune (llama_server_tune: auto) chose on each host, from "
               "the speed-gate record: its draft length, and its speedup over plain decoding of the same build on "
-              "the same host as the tune measured it (one stream), with the interval's low and high ends. Shown "
-              "whatever the speed gate's verdict, only while the record is ok; a draft length or a speedup the "
-              "tune did not give is absent, never 0. Live traffic predicts: the tune's cost model on the live "
-              "speculation counters (specops_tune_live_predicted_speedup, calibrated to read the measured figure "
+              "the same host as the tune measured it (one stream), with its confidence interval's low and high "
+              "ends. Shown whatever the speed gate's verdict, only while the record is ok; a draft length or a "
+              "speedup the tune did not give is absent, never 0. Live traffic predicts: the tune's cost model on the "
+              "live speculation counters (specops_tune_live_predicted_speedup, calibrated to read the measured figure "
               "on the tune's own requests), mean over the dashboard's range; absent while plain decoding is served "
-              "or without traffic. Outside the interval for an hour: alert SpecopsTuneTrafficChanged; below 1 for "
-              "30 minutes: SpecopsTuneLivePredictsLoss."),
+              "or without traffic. The live check judges a window against its prediction band, not this interval "
+              "(the panel below)."),
+        Panel("The live check: live prediction and its band",
+              [(f"specops_tune_live_predicted_speedup{{{SEL}}}", "{{instance}} live traffic predicts"),
+               (f"specops_tune_live_band_low{{{SEL}}}", "{{instance}} band low"),
+               (f"specops_tune_live_band_high{{{SEL}}}", "{{instance}} band high"),
+               (f"specops_tune_live_predicted_speedup_upper{{{SEL}}}", "{{instance}} live upper end")],
+              width=24, height=8,
+              no_value="No live check: plain decoding served, no traffic in the exporter's window, or a record "
+              "without the tune's model or band (re-tune to get one); TabbyAPI has none",
+              description="The tune's cost model on the live speculation counters over the exporter's window "
+              "(specops_tune_live_predicted_speedup) against its 99% prediction band for a window of n requests "
+              "(specops_tune_live_band_low/high, n = specops_tune_live_window_requests: the window's tokens in the "
+              "tune's requests): where windows of n new requests of the tune's kinds read, at its shares or any "
+              "one of its workloads alone (the window's mix is not known live). Wide for a few requests, narrowing "
+              "as the window fills; not a confidence interval. Outside it for an hour: alert "
+              "SpecopsTuneTrafficChanged. The upper end (the live figure over the lowest a window of n of the "
+              "tune's requests reads against their whole figure) below 1 for 30 minutes: "
+              "SpecopsTuneLivePredictsLoss; traffic that drafts nothing reads 1 and never fires it."),
         Panel("Build, models and speculation settings", [(f"llamacpp_server_info{{{SEL}}}", "")], "table",
               width=24, height=6, instant=True),
         Panel("Series this engine cannot give", [(f"llamacpp_exporter_unsupported_series{{{SEL}}}", "")], "table",

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from specops.server import free_port
+from specops.tune.band import SHARES, Band, Spread
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +33,10 @@ DASHBOARD = REPO / "configs" / "grafana" / "dashboards" / "specops-llama-server.
 GRAFANA_VARS = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "15s", "$instance": ".+"}
 # empty for llama-server, which gives every series (test_monitoring_tabbyapi.py: not empty for TabbyAPI)
 UNSUPPORTED_PANEL = "Series this engine cannot give [A]"
+# the live check's prediction band for a window of n requests, as the tune keeps it beside its model: the panel
+# "The live check" plots it against the live prediction
+BAND = Band(0.99, Spread(SHARES, 24.0, 0.8, ((1.0, 0.5, 1.2), (1000.0, 0.75, 0.85))), (),
+            Spread(SHARES, 24.0, 0.8, ((1.0, 0.6, 1.0), (1000.0, 0.78, 0.82)))).to_dict()
 PROMPTS = ["Write the numbers from one to twenty:", "List the days of the week:",
            "The alphabet in capital letters is", "Count backwards from ten:", "Name the planets:"]
 
@@ -99,7 +104,9 @@ def test_every_dashboard_panel_has_data(start_server, smollm, tmp_path, processe
                                                         "overheads": {"per_token_s": 0.001, "per_round_s": 0.0,
                                                                       "per_drafted_s": 0.0},
                                                         "measured": 0.8, "modelled": 0.9,
-                                                        "round_correction_s": 0.002}}}))
+                                                        "round_correction_s": 0.002,
+                                                        # the live check's prediction band (specops.tune.band)
+                                                        "band": BAND}}}))
     exporter_port = free_port()
     processes.start([sys.executable, "-m", "specops.cli", "exporter", "--server-url", server.base_url,
                      "--listen-port", str(exporter_port), "--interval", "1", "--nvidia-smi", str(fake_smi),

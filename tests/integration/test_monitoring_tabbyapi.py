@@ -48,6 +48,10 @@ EMPTY_ON_TABBYAPI = {
     "Tuned profile [C]",
     "Tuned profile [D]",
     "Tuned profile [E]",  # the live traffic's prediction needs the tune's record too
+    "The live check: live prediction and its band [A]",  # and so do the live check's band and upper end
+    "The live check: live prediction and its band [B]",
+    "The live check: live prediction and its band [C]",
+    "The live check: live prediction and its band [D]",
 }
 
 

@@ -21,7 +21,7 @@ from specops.bench.runner import counter_delta, spec_counters
 from specops.exporter.app import Exporter
 from specops.exporter.config import ExporterConfig
 from specops.server import ServerProcess, free_port
-from specops.tune import deploy, live
+from specops.tune import deploy, live, windows
 from tests import lab
 
 pytestmark = pytest.mark.integration
@@ -54,10 +54,13 @@ def timed(server: ServerProcess, messages: list[dict[str, str]]) -> dict:
     return {"n_predicted": t["predicted_n"], "decode_tps": t["predicted_per_second"], "spec": spec}
 
 
-def live_value(exp: Exporter) -> float | None:
-    text = exp.exposition().decode()
-    line = next((x for x in text.splitlines() if x.startswith("specops_tune_live_predicted_speedup ")), None)
+def series(text: str, name: str) -> float | None:
+    line = next((x for x in text.splitlines() if x.startswith(name + " ")), None)
     return None if line is None else float(line.rpartition(" ")[2])
+
+
+def live_value(exp: Exporter) -> float | None:
+    return series(exp.exposition().decode(), "specops_tune_live_predicted_speedup")
 
 
 def test_the_live_prediction_moves_when_the_traffic_changes(llama_build: lab.LlamaBuild, smollm: Path,
@@ -70,9 +73,13 @@ def test_the_live_prediction_moves_when_the_traffic_changes(llama_build: lab.Lla
     plain = start_server(spec_type="none", **EXACT_CACHE)  # the unit's plain decoding
     spec = start_server(spec_type="ngram-mod", **EXACT_CACHE)
     edits, prose = tasks("team-edits.jsonl")[:4], tasks("team-prose.jsonl")
-    blocks = [{"results": {"baseline": timed(plain, m), "exact-ngram-mod": timed(spec, m)}} for m in edits]
+    blocks = [{"workload": "edit", "task": f"edit-{i}",
+               "results": {"baseline": timed(plain, m), "exact-ngram-mod": timed(spec, m)}}
+              for i, m in enumerate(edits)]
     model, why = live.build(costs, Overheads(0.0), blocks, "exact-ngram-mod", "baseline")
     assert model is not None, why
+    # the live check's prediction band for a window of n requests, as the tune keeps it (an edit-tuned host)
+    band = windows.band(windows.from_blocks(blocks, "exact-ngram-mod", "baseline"), None, model.predict_sums)
 
     # the record as the deploy writes it: the tune's summary for the unit on disk
     units = tmp_path / "systemd" / "system"
@@ -83,7 +90,8 @@ def test_the_live_prediction_moves_when_the_traffic_changes(llama_build: lab.Lla
               "candidates": [{"name": "exact-ngram-mod", "measured": f"{model.measured:.2f}×",
                               "measured_interval": {"estimate": model.measured, "low": model.measured * 0.9,
                                                     "high": model.measured * 1.1, "n": len(blocks)}}],
-              "live_model": model.to_dict(), "when": "now", "task_source": "team-edits.jsonl"}
+              "live_model": {**model.to_dict(), "band": band.to_dict()}, "when": "now",
+              "task_source": "team-edits.jsonl"}
     summary = deploy.summary(result, deploy.Applied({}), reused=False)
     record = tmp_path / "speed-gate.json"
     record.write_text(json.dumps({"verdict": "not_measured", "action": "off", "serving": "speculative",
@@ -125,6 +133,14 @@ def test_the_live_prediction_moves_when_the_traffic_changes(llama_build: lab.Lla
         print(f"live prediction: edits {sorted(set(round(v, 3) for v in on_edits))}, prose {prose_figure:.3f}")
         assert max(abs(prose_figure - v) for v in on_edits) > 0.01, (prose_figure, on_edits, model.to_dict())
         assert "specops_tune_measured_speedup " in exp.exposition().decode()  # beside the tune's own figure
+        # and, while there is a live figure, its band for the window's n requests and its upper end
+        text = exp.exposition().decode()
+        if "specops_tune_live_predicted_speedup " in text:
+            low, high = (series(text, f"specops_tune_live_band_{e}") for e in ("low", "high"))
+            assert low is not None and high is not None and 0 < low <= high, text
+            upper = series(text, "specops_tune_live_predicted_speedup_upper")
+            value = series(text, "specops_tune_live_predicted_speedup")
+            assert upper is not None and value is not None and upper >= value
         # the plain server with the same record: plain decoding has no live acceptance, so no figure at all
         assert live_value(exp_plain) is None and "specops_tune_info" in exp_plain.exposition().decode()
     finally:

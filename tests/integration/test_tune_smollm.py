@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specops.cli import main
-from specops.tune import live
+from specops.tune import band, live
 from tests import lab
 from tests.integration.test_bench_smollm import TASKS
 
@@ -69,6 +69,13 @@ def test_tune_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Pa
         assert any("no live prediction" in line for line in res["open"]), res["open"]
     else:
         assert live.parse(res["live_model"]).measured > 0
+        # beside it the live check's prediction band for a window of n requests (issue 62 item 7), or why not
+        kept = res["live_model"].get("band")
+        assert kept is not None or any("no prediction band" in line for line in res["open"]), res["open"]
+        if kept is not None:
+            b = band.parse(kept)
+            low, high = b.edges(10 * b.shares.tokens_per_request)
+            assert b.shares.tokens_per_request > 0 and 0 < low <= high, kept
     # the plain server was probed twice (before and after the others): both count, the drift is recorded
     assert probes["exact-baseline"]["n_tokens"] >= 2 * probes["exact-n4"]["n_tokens"] * 0.9
     assert isinstance(res["plain_drift"], float)

@@ -430,7 +430,8 @@ def state_speed_gate_stale(mp: pytest.MonkeyPatch, tmp: Path) -> Scraper:
 
 
 # The deploy's tune kept in the record with its cost model (issue 52 item 3): the tuned profile priced on the live
-# traffic, next to its measured figure; absent while plain decoding is served.
+# traffic, next to its measured figure, with its prediction band for the window's n requests and its upper end (issue
+# 62 item 7); absent while plain decoding is served.
 TUNE_LIVE = {"chosen": "exact-ngram-mod", "spec_type": "ngram-mod", "predicted": None,
              "speedup": {"estimate": 1.63, "low": 1.04, "high": 2.56, "n": 12}, "reused": False,
              "when": "2026-11-27T19:43:10+0000", "tasks": "team-edits.jsonl (sha256 0123456789abcdef)",
@@ -439,7 +440,16 @@ TUNE_LIVE = {"chosen": "exact-ngram-mod", "spec_type": "ngram-mod", "predicted":
                                                                    "9": 2.49, "13": 3.26, "17": 3.26},
                             "draft_step_s": 0.0, "draft_rel": None,
                             "overheads": {"per_token_s": 0.0, "per_round_s": 0.0, "per_drafted_s": 0.00725},
-                            "measured": 1.633, "modelled": 1.762, "round_correction_s": 0.2305}}
+                            "measured": 1.633, "modelled": 1.762, "round_correction_s": 0.2305,
+                            # the live check's prediction band for a window of n requests (issue 62 item 7)
+                            "band": {"level": 0.99, "spreads": [
+                                {"mix": "the tune's shares", "tokens_per_request": 96.0, "centre": 1.633,
+                                 "windows": [{"n": 1, "low": 0.95, "high": 3.1}, {"n": 10, "low": 1.2, "high": 2.3},
+                                             {"n": 100, "low": 1.4, "high": 1.9}]}],
+                                "windows": {"mix": "the tune's shares", "tokens_per_request": 96.0, "centre": 1.633,
+                                            "windows": [{"n": 1, "low": 1.0, "high": 2.9},
+                                                        {"n": 10, "low": 1.35, "high": 2.0},
+                                                        {"n": 100, "low": 1.52, "high": 1.75}]}}}}
 
 
 @file_state

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
@@ -26,6 +27,7 @@ from specops.bench.costmodel import Overheads, Run, StepCosts
 from specops.exporter import speedgate
 from specops.exporter.collector import SpecopsCollector
 from specops.exporter.speedgate import INVALID, MISSING, OK, STALE, STATES, UNIT_DIRS, SpeedGateFile, unit_path_problem
+from specops.tune import band as bands
 from specops.tune import live
 from tests.unit.fake_llama_fetcher import CAP, SPEC_METRICS, Answer, FakeClock, FakeFetcher, fake_scraper
 from tests.unit.test_exporter_golden import doubled
@@ -430,7 +432,13 @@ LIVE = "specops_tune_live_predicted_speedup"
 def live_exposition(host: Host, metrics: str = SPEC_METRICS, passes: int = 2,
                     slots: bytes | None = None) -> dict[str, list]:
     """The exporter after ``passes`` passes of the server's capture, every counter doubled between two passes
-    (traffic), with the record at the host's path."""
+    (traffic), with the record at the host's path: each family's samples."""
+    return {name: f.samples for name, f in live_families(host, metrics, passes, slots).items()}
+
+
+def live_families(host: Host, metrics: str = SPEC_METRICS, passes: int = 2,
+                  slots: bytes | None = None) -> dict[str, Metric]:
+    """:func:`live_exposition`'s families whole (their HELP too)."""
     clock = FakeClock()
     f = FakeFetcher()
     if slots is not None:
@@ -442,7 +450,7 @@ def live_exposition(host: Host, metrics: str = SPEC_METRICS, passes: int = 2,
         clock.advance(5.0)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SpecopsCollector(scraper))
-    return {f.name: f.samples for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    return {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
 
 
 def counter(text: str, name: str) -> float:
@@ -479,3 +487,58 @@ def test_a_malformed_live_model_loses_the_live_prediction_only(host: Host, caplo
     warned = [rec.getMessage() for rec in caplog.records if rec.levelname == "WARNING"]
     assert len(warned) == 1 and "tune.live_model.measured is -1" in warned[0] and LIVE in warned[0], warned
     assert "no specops_tune_* series" not in warned[0]
+
+
+# ---- the live check's prediction band for a window of n requests (issue 62 item 7) ------------------------------
+
+BAND_SERIES = ("specops_tune_live_window_requests", "specops_tune_live_band_low", "specops_tune_live_band_high",
+               "specops_tune_live_predicted_speedup_upper")
+
+
+def banded_model() -> dict[str, object]:
+    """The model with a band as the tune keeps it (:mod:`specops.tune.band`): the shares, edits alone, the windows."""
+    at = lambda mix, rows: bands.Spread(mix, 96.0, 1.2, rows)  # noqa: E731
+    band = bands.Band(0.99, at(bands.SHARES, ((1.0, 0.8, 1.9), (10.0, 0.95, 1.5), (100.0, 1.05, 1.35))),
+                      (at("edit", ((1.0, 0.9, 2.4), (10.0, 1.05, 1.8), (100.0, 1.15, 1.6))),),
+                      at(bands.SHARES, ((1.0, 0.85, 1.8), (10.0, 1.0, 1.4), (100.0, 1.12, 1.28))))
+    return {**live_model(), "band": band.to_dict()}
+
+
+def test_the_band_is_read_at_the_windows_requests_beside_the_live_prediction(host: Host) -> None:
+    host.write(tune={**TUNE, "live_model": banded_model()})
+    fams = live_exposition(host)
+    tokens = counter(SPEC_METRICS, "llamacpp:tokens_predicted_total")  # the window's increase (doubled once)
+    band = bands.parse(banded_model()["band"])
+    low, high = band.edges(tokens)
+    assert fams["specops_tune_live_window_requests"][0].value == pytest.approx(tokens / 96)
+    assert fams["specops_tune_live_band_low"][0].value == pytest.approx(low)
+    assert fams["specops_tune_live_band_high"][0].value == pytest.approx(high)
+    live_value = fams[LIVE][0].value
+    assert fams["specops_tune_live_predicted_speedup_upper"][0].value == pytest.approx(band.upper(live_value, tokens))
+    assert fams["specops_tune_live_predicted_speedup_upper"][0].value >= live_value
+    helps = {n: live_families(host)[n].documentation for n in BAND_SERIES}
+    assert "prediction band for a window of n requests" in helps["specops_tune_live_band_low"]
+    assert "Not a confidence interval" in helps["specops_tune_live_band_high"]
+
+
+def test_no_band_without_the_live_prediction_or_in_a_record_from_before_it(host: Host) -> None:
+    host.write(tune={**TUNE, "live_model": banded_model()})
+    assert not any(n in live_exposition(host, passes=1) for n in BAND_SERIES)  # no window yet
+    plain = (CAP / "base_metrics.txt").read_text()
+    assert not any(n in live_exposition(host, plain, slots=(CAP / "base_slots.json").read_bytes())
+                   for n in BAND_SERIES)  # plain decoding served
+    host.write(tune={**TUNE, "live_model": live_model()})  # a model without a band: the live figure alone
+    fams = live_exposition(host)
+    assert LIVE in fams and not any(n in fams for n in BAND_SERIES)
+
+
+def test_a_malformed_band_loses_the_band_only(host: Host, caplog) -> None:
+    model = banded_model()
+    model["band"]["spreads"][0]["windows"][1]["low"] = "0.9"  # type: ignore[index]
+    host.write(tune={**TUNE, "live_model": model})
+    with caplog.at_level(logging.INFO, logger="specops.exporter.speedgate"):
+        fams = live_exposition(host)
+    assert LIVE in fams and not any(n in fams for n in BAND_SERIES)
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelname == "WARNING"]
+    assert len(warned) == 1 and "tune.live_model.band.spreads[0].windows[1].low is '0.9'" in warned[0], warned
+    assert "no specops_tune_live_band_* series" in warned[0]

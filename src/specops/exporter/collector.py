@@ -88,21 +88,46 @@ def tune_series(tune: Tune | None) -> Iterator[Metric | None]:
                  "profile before measuring.", _positive(n.get("predicted")))
 
 
-def live_prediction(tune: Tune | None, s: Snapshot, now: float) -> Metric | None:
-    """The tuned profile's speedup predicted on the live traffic (:mod:`specops.tune.live`): only while the record
-    keeps a model, the server speculates and the window holds generated tokens; absent otherwise, never 0 (plain
-    decoding served has no live acceptance to price)."""
+def live_prediction(tune: Tune | None, s: Snapshot, now: float) -> Iterator[Metric | None]:
+    """The tuned profile's speedup predicted on the live traffic (:mod:`specops.tune.live`) and, where the record keeps
+    one, its prediction band for the window's n requests (:mod:`specops.tune.band`): only while the record keeps a
+    model, the server speculates and the window holds generated tokens; absent otherwise, never 0 (plain decoding
+    served has no live acceptance to price)."""
     if tune is None or tune.live is None or not s.speculation_expected:
-        return None
-    if not s.window.live(now) or s.window.run is None:
-        return None
-    return _gauge("specops_tune_live_predicted_speedup",
-                  "The tuned profile's speedup over plain decoding predicted on the live traffic: the tune's cost "
-                  "model on the live speculation counters over the exporter's window, with what the model left "
-                  "unexplained of the tune's measurement put on each round (on the tune's own requests it reads "
-                  "specops_tune_measured_speedup; traffic that drafts nothing reads 1). Absent while plain decoding "
-                  "is served, without traffic in the window, or without a model in the speed-gate record.",
-                  _positive(tune.live.predict(s.window.run)))
+        return
+    run = s.window.run
+    if not s.window.live(now) or run is None:
+        return
+    value = _positive(tune.live.predict(run))
+    yield _gauge("specops_tune_live_predicted_speedup",
+                 "The tuned profile's speedup over plain decoding predicted on the live traffic: the tune's cost "
+                 "model on the live speculation counters over the exporter's window, with what the model left "
+                 "unexplained of the tune's measurement put on each round (on the tune's own requests it reads "
+                 "specops_tune_measured_speedup; traffic that drafts nothing reads 1). Absent while plain decoding "
+                 "is served, without traffic in the window, or without a model in the speed-gate record.", value)
+    if value is None or tune.band is None:
+        return
+    band = tune.band
+    low, high = band.edges(run.n_tokens)
+    level = f"{band.level:.1%}".replace(".0%", "%")
+    n = band.window_requests(run.n_tokens)
+    yield _gauge("specops_tune_live_window_requests",
+                 "The exporter's window in the tune's requests: its generated tokens over a tune request's mean "
+                 "tokens (llama-server counts no requests; a long live request counts as several), the n of "
+                 "specops_tune_live_band_low/high.", n)
+    for edge, figure in (("low", low), ("high", high)):
+        yield _gauge(f"specops_tune_live_band_{edge}",
+                     f"{edge.capitalize()} end of the {level} prediction band for a window of n requests "
+                     "(n: specops_tune_live_window_requests): where specops_tune_live_predicted_speedup reads on "
+                     "windows of n new requests of the tune's kinds, at its shares or of any one of its workloads "
+                     "alone (the window's mix is not known live). Not a confidence interval: wide for few requests, "
+                     "narrowing with n. Absent with the live prediction, or without a band in the record.", figure)
+    yield _gauge("specops_tune_live_predicted_speedup_upper",
+                 f"The most the live traffic's own speedup can be at {level}, given "
+                 "specops_tune_live_predicted_speedup over a window of n requests: the live prediction over the "
+                 "lowest a window of n of the tune's requests reads against their whole figure. Below 1: the live "
+                 "traffic confidently loses; traffic that drafts nothing reads at least 1.",
+                 band.upper(value, run.n_tokens))
 
 
 class SpecopsCollector(Collector):
@@ -134,7 +159,7 @@ class SpecopsCollector(Collector):
             g.add_metric([state], 1.0 if reading.state == state else 0.0)
         yield g
         yield from tune_series(reading.tune)  # the tune's figures stand on their own, whatever the gate's verdict
-        yield live_prediction(reading.tune, s, self.scraper.clocks.monotonic())
+        yield from live_prediction(reading.tune, s, self.scraper.clocks.monotonic())
         if reading.gate is None:
             return
         n = reading.gate.numbers

@@ -20,7 +20,8 @@ The figures (and ``specops_speed_gate_info``) are exported only for an ``ok`` re
 record's verdict is another unit's. No number beats a wrong one.
 
 The deploy's auto-tune, when it ran or reused its result, leaves its choice in the record too (``tune``: the chosen
-profile, its draft length, its measured speedup over plain decoding with the interval, when, reused). Those figures
+profile, its draft length, its measured speedup over plain decoding with the interval, when, reused, and the model and
+prediction band of the live check). Those figures
 stand on their own, whatever the gate's verdict (a ``not_measured`` record of a deploy with the gate off still has
 one), so they are exported (``specops_tune_*``) for any ``ok`` record that has them. A malformed ``tune`` does not
 make the record invalid: its series are left out and the log says why, once.
@@ -39,6 +40,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from specops.tune.band import Band
+from specops.tune.band import parse as parse_band
 from specops.tune.live import LiveModel
 from specops.tune.live import parse as parse_live
 
@@ -71,11 +74,13 @@ class Tune:
     reused, tasks: what it measured on, mix: the traffic's shares it chose for), the figures present
     (draft_n_max, predicted, speedup_estimate, speedup_low, speedup_high, speedup_n), each a finite number >= 0, and
     the cost model that prices the chosen profile on the live traffic (``live_model``; None: none kept, plain
-    decoding chosen, or a malformed one)."""
+    decoding chosen, or a malformed one) and the live figure's prediction band for a window of n requests
+    (``live_model.band``; None: none kept, or a malformed one)."""
 
     labels: dict[str, str]
     numbers: dict[str, float]
     live: LiveModel | None = None
+    band: Band | None = None
 
 
 @dataclass(frozen=True)
@@ -145,9 +150,16 @@ def parse_tune(value: Any) -> tuple[Tune | None, str]:
     if value.get("live_model") is None:
         return Tune(labels, numbers), ""
     try:  # a malformed model loses the live prediction only: the tune's own figures stand
-        return Tune(labels, numbers, parse_live(value["live_model"])), ""
+        model = parse_live(value["live_model"])
     except ValueError as exc:
         return Tune(labels, numbers), f"tune.{exc}: no specops_tune_live_predicted_speedup"
+    kept = value["live_model"].get("band")
+    if kept is None:  # a record from before the band, or a tune without numpy: the live figure alone
+        return Tune(labels, numbers, model), ""
+    try:  # a malformed band loses the band only
+        return Tune(labels, numbers, model, parse_band(kept)), ""
+    except ValueError as exc:
+        return Tune(labels, numbers, model), f"tune.live_model.{exc}: no specops_tune_live_band_* series"
 
 
 def unit_path_problem(path: Any, unit_dirs: tuple[str, ...] = UNIT_DIRS) -> str:

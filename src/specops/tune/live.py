@@ -13,6 +13,10 @@ model's own bias on this host (on a 2-core CPU it predicted n-gram types 14-21% 
 "traffic changed" the hour after the deploy.
 
 A one-stream model: with several slots busy at once the live figure still prices each token as one stream would.
+
+The live figure moves from window to window on the tune's own kinds of traffic too; what it is judged against is its
+prediction band for a window of n requests (:mod:`specops.tune.band`), built from the same requests with
+:meth:`LiveModel.predict_sums` (:mod:`specops.tune.windows`) and kept beside the model (``band``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,33 @@ class LiveModel:
         over = Overheads(o.per_token, o.per_round + self.round_correction_s, o.per_drafted, o.runs)
         out = predicted_run_speedup(self.costs, over, run)
         return out if math.isfinite(out) and out > 0 else None
+
+    def predict_sums(self, sums: Any) -> Any:
+        """:meth:`predict` on each row of summed (tokens, drafts, drafted, accepted) at once: the band's windows (numpy
+        arrays, :mod:`specops.tune.windows`); nan where it gives none. The same arithmetic as
+        :func:`specops.bench.costmodel.predicted_seconds` (tests/unit/test_tune_band.py holds them equal)."""
+        import numpy as np
+
+        n, d, t, a = np.asarray(sums, dtype=float).T
+        c, o = self.costs, self.over
+        per_token = c.target_step_s + o.per_token
+        kbar = np.divide(t, d, out=np.zeros_like(t), where=d > 0)
+        rounds = np.where(d > 0, -(a + d) * c.target_step_s + d * self._verify_many(kbar) + t * c.draft_step_s, 0.0)
+        secs = n * per_token + rounds + d * (o.per_round + self.round_correction_s) + t * o.per_drafted
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = n * per_token / secs
+        return np.where((n > 0) & np.isfinite(out) & (out > 0), out, np.nan)
+
+    def _verify_many(self, kbar: Any) -> Any:
+        """:meth:`StepCosts.verify_s` at each of ``kbar`` (>= 0): piecewise linear in k between the batch curves'
+        measured sizes and past the last (:func:`specops.bench.ceiling.cost_at`), so priced at those and joined."""
+        import numpy as np
+
+        c = self.costs
+        knots = sorted({0.0} | {k - 1.0 for k in (*c.target_rel, *(c.draft_rel or {})) if k >= 1})
+        ys = [c.verify_s(k) for k in knots]
+        top, slope = knots[-1], c.verify_s(knots[-1] + 1) - ys[-1]
+        return np.where(kbar > top, ys[-1] + slope * (kbar - top), np.interp(kbar, knots, ys))
 
     def to_dict(self) -> dict[str, Any]:
         c, o = self.costs, self.over
@@ -101,7 +132,7 @@ def parse(value: Any) -> LiveModel:
                      _number("modelled", value["modelled"], positive=True), float(corr))
 
 
-def _decode(res: Any) -> tuple[float, float] | None:
+def decoded(res: Any) -> tuple[float, float] | None:
     """A request's (tokens, decode seconds) at the bench's decode rate (``decode_tps``: the client's view of the
     generation, the figure the tune's ratios use), or None where it has none."""
     if not isinstance(res, Mapping):
@@ -117,7 +148,7 @@ def arm_run(records: Iterable[Mapping[str, Any]], arm: str, ref: str) -> tuple[R
     n = secs = drafts = drafted = accepted = ref_n = ref_s = 0.0
     for rec in records:
         results = rec.get("results") or {}
-        mine, theirs = _decode(results.get(arm)), _decode(results.get(ref))
+        mine, theirs = decoded(results.get(arm)), decoded(results.get(ref))
         if mine is None or theirs is None:
             continue
         spec = results[arm].get("spec") or {}

@@ -15,7 +15,7 @@ from specops.bench import ceiling as ceil
 from specops.bench.arms import BASELINE, EXACT_CACHE, PLAIN_UNIT, parse_arm, plain_description
 from specops.bench.costmodel import Overheads, StepCosts
 from specops.knobs import knob
-from specops.tune import decide, live, mix, probes, record, streams
+from specops.tune import decide, live, mix, probes, record, streams, windows
 from specops.tune.choose import best_measured
 from specops.tune.predict import Shortlist
 from specops.tune.state import Setup
@@ -119,17 +119,36 @@ def live_model(s: Setup, costs: StepCosts, over: Overheads | None, chosen: str, 
                blocks: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     """What the exporter needs to price the chosen profile on the live traffic (:mod:`specops.tune.live`): the step
     costs (the draft model's only where the profile drafts with it), the overheads, and its measured and modelled
-    figures on the same requests (``blocks``: the measurement's); None for plain decoding or where the model cannot
-    speak for it (said in open)."""
+    figures on the same requests (``blocks``: the measurement's), and the live check's prediction band for a window of
+    n requests (:func:`live_band`); None for plain decoding or where the model cannot speak for it (said in open)."""
     if chosen == decide.PLAIN or chosen not in {m.name for m in measured} or over is None:
         return None
     if parse_arm(chosen).draft is None:
         costs = StepCosts(costs.target_step_s, costs.target_rel)
+    blocks = list(blocks)
     model, why = live.build(costs, over, blocks, chosen, BASELINE)
     if model is None:
         s.open.append(f"{chosen}: {why}")
         return None
-    return model.to_dict()
+    out = model.to_dict()
+    band, why = live_band(model, blocks, chosen, s.shares)
+    if band is None:
+        s.open.append(f"{chosen}: {why}")
+    out["band"] = band
+    return out
+
+
+def live_band(model: live.LiveModel, blocks: list[Mapping[str, Any]], chosen: str,
+              shares: Mapping[str, float] | None) -> tuple[dict[str, Any] | None, str]:
+    """The live figure's prediction band for a window of n requests (:mod:`specops.tune.band`): the model on windows
+    of the measurement's requests of ``chosen``, at ``shares`` (None: each task alike) and of each workload alone; None
+    and why where there is none (the exporter then exports no band, and the alerts that need one stay quiet)."""
+    try:
+        return windows.band(windows.from_blocks(blocks, chosen, BASELINE), shares, model.predict_sums).to_dict(), ""
+    except ImportError as exc:
+        return None, f"no prediction band for the live check (numpy: {exc})"
+    except ValueError as exc:
+        return None, f"no prediction band for the live check ({exc})"
 
 
 def at_streams(out: dict[str, Any], args: argparse.Namespace, at_n: streams.AtN | None) -> None:

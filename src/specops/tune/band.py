@@ -1,0 +1,158 @@
+"""The live check's **prediction band for a window of n requests** (issue 62 item 7), as the record keeps it and the
+exporter reads it (no numpy here: the exporter's hosts have none; the tune builds it, :mod:`specops.tune.windows`).
+
+The live figure (:mod:`specops.tune.live`) is the tune's cost model on the speculation counters summed over the
+exporter's window. On traffic of the tune's own kinds it still moves from window to window: a window holds a few
+requests, and an edit drafts where prose does not. The band is that spread: the figure over windows of n new requests
+of the tune's kinds, from its low to its high quantile at :data:`LEVEL` (two-sided), by resampling the tune's measured
+requests (each window from its own reweighing of the tune's tasks: the tune's dozen tasks a workload only estimate
+their kind). It is wide for small windows, and narrows as n grows to about the uncertainty of the tune's own figure.
+It is not a confidence interval for the mean (``speedup.low``/``high`` are): on the standard set's CPU tune a window of
+10 of the tune's own requests falls outside that one 32% of the time (docs/measurements.md, 2026-12-02).
+
+The window's mix is not known live (llama-server's counters carry no workload label), so the band compares like with
+like as far as the counters allow: it spans windows of n requests drawn **at the tune's shares and from each of its
+workloads alone** (a :class:`Spread` each). Traffic made of the tune's own kinds of request, in any mix of them, reads
+inside (a host whose traffic is all edits at the tune's own edit figure too: a mix's figure lies between its
+workloads'), and traffic unlike all of them reads outside.
+
+The exporter knows the window's generated tokens, not its requests: n is the window's tokens ÷ a tune request's mean
+tokens (per spread, its own requests'), so a long live request counts as several tune requests. Past the table's
+largest n the edges close in on the centre as 1/√n; below n = 1 the band is n = 1's.
+
+The loss check needs the live figure **confidently** below 1: the live figure over n requests ÷ the lowest a window of
+n of the tune's own requests reads against their whole figure (``windows``: the windows' own spread, at the shares) is
+the most the traffic's own figure can be, at the band's level (:meth:`Band.upper`). Traffic that drafts nothing reads
+1, and 1 ÷ (a number at most 1) is at least 1: it never reads as a loss.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Two-sided: a window of the tune's kinds of request reads below ``low`` (or above ``high``) 0.5% of the time. The
+# alerts hold an hour (30 minutes for the loss) of windows all outside; scripts/sim-live-alarms (docs/measurements.md,
+# 2026-12-02) found no false alarm in host-months of the tune's own traffic at 95%, 99% or 99.9%, and 99% still sees
+# a 10% loss at 100 requests a window on the 70/30 host where 99.9% does not.
+LEVEL = 0.99
+GRID = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)  # window sizes tabulated (requests)
+SHARES = "the tune's shares"  # the spread drawn at the tune's shares (the others: one workload alone each)
+WHAT = ("a prediction band for a window of n requests: the spread of the live figure over windows of n new requests of "
+        "the tune's kinds (its measured requests resampled, its tasks reweighed each window), at its shares and of "
+        "each of its workloads alone; windows: the same windows about the tune's own figure, for the loss check")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How windows of one kind read: drawn at ``mix`` (:data:`SHARES`, or one workload's name alone). ``centre``: the
+    figure of a window without end; ``rows``: (n, low, high) at the band's level, n ascending."""
+
+    mix: str
+    tokens_per_request: float
+    centre: float
+    rows: tuple[tuple[float, float, float], ...]
+
+    def requests(self, tokens: float) -> float:
+        """A window of ``tokens`` generated tokens, in this spread's requests."""
+        return tokens / self.tokens_per_request
+
+    def at(self, n: float) -> tuple[float, float]:
+        """(low, high) for a window of n requests: linear in log n between the rows, n = 1's below it, closing in on
+        the centre as 1/√n past the last."""
+        ns = [r[0] for r in self.rows]
+        if n <= ns[0]:
+            return self.rows[0][1], self.rows[0][2]
+        if n >= ns[-1]:
+            top, low, high = self.rows[-1]
+            shrink = math.sqrt(top / n)
+            return self.centre - (self.centre - low) * shrink, self.centre + (high - self.centre) * shrink
+        i = bisect.bisect_right(ns, n)
+        (n0, lo0, hi0), (n1, lo1, hi1) = self.rows[i - 1], self.rows[i]
+        f = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
+        return lo0 + (lo1 - lo0) * f, hi0 + (hi1 - hi0) * f
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mix": self.mix, "tokens_per_request": round(self.tokens_per_request, 2),
+                "centre": round(self.centre, 5),
+                "windows": [{"n": n, "low": round(lo, 5), "high": round(hi, 5)} for n, lo, hi in self.rows]}
+
+
+@dataclass(frozen=True)
+class Band:
+    """The band the record keeps: its level, the spread at the tune's shares and those of its workloads alone (new
+    requests of the tune's kinds: the traffic check), and the windows' own spread at the shares (the loss check)."""
+
+    level: float
+    shares: Spread
+    alone: tuple[Spread, ...]
+    windows: Spread
+
+    def window_requests(self, tokens: float) -> float:
+        """The window's requests as the tune's requests at its shares (its tokens ÷ their mean tokens)."""
+        return self.shares.requests(tokens)
+
+    def edges(self, tokens: float) -> tuple[float, float]:
+        """The band for a window of ``tokens`` generated tokens: the outer edges of every spread at its own n."""
+        edges = [s.at(s.requests(tokens)) for s in (self.shares, *self.alone)]
+        return min(lo for lo, _ in edges), max(hi for _, hi in edges)
+
+    def upper(self, live: float, tokens: float) -> float:
+        """The most the live traffic's own figure can be, given ``live`` over a window of ``tokens``: ``live`` ÷ the
+        lowest such a window of the tune's requests reads against their whole figure (never below ``live``)."""
+        w = self.windows
+        low, _ = w.at(w.requests(tokens))
+        return live * max(1.0, w.centre / low)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": WHAT, "level": self.level, "spreads": [s.to_dict() for s in (self.shares, *self.alone)],
+                "windows": self.windows.to_dict()}
+
+
+def _positive(where: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        shown = repr(v) if isinstance(v, (int, float)) else repr(str(v)[:40])
+        raise ValueError(f"{where} is {shown}, not a finite number > 0")
+    return float(v)
+
+
+def _spread(where: str, value: Any) -> Spread:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} is not an object")
+    mix = value.get("mix")
+    if not isinstance(mix, str) or not mix:
+        raise ValueError(f"{where}.mix is not a name")
+    rows = value.get("windows")
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{where}.windows is not a list of windows")
+    out: list[tuple[float, float, float]] = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise ValueError(f"{where}.windows[{i}] is not an object")
+        n, lo, hi = (_positive(f"{where}.windows[{i}].{k}", row.get(k)) for k in ("n", "low", "high"))
+        if lo > hi or (out and n <= out[-1][0]):
+            raise ValueError(f"{where}.windows[{i}] has low above high, or n not ascending")
+        out.append((n, lo, hi))
+    return Spread(mix, _positive(f"{where}.tokens_per_request", value.get("tokens_per_request")),
+                  _positive(f"{where}.centre", value.get("centre")), tuple(out))
+
+
+def parse(value: Any) -> Band:
+    """A record's ``live_model.band`` (as :meth:`Band.to_dict` writes it); ValueError (one line) when it is not one."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"band is a JSON {type(value).__name__}, not an object")
+    level = value.get("level")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"band.level is {str(level)[:40]!r}, not a level between 0 and 1")
+    spreads = value.get("spreads")
+    if not isinstance(spreads, Sequence) or isinstance(spreads, str) or not spreads:
+        raise ValueError("band.spreads is not a list of spreads")
+    parsed = [_spread(f"band.spreads[{i}]", s) for i, s in enumerate(spreads)]
+    own = _spread("band.windows", value.get("windows"))
+    for where, s in (("band.spreads[0]", parsed[0]), ("band.windows", own)):
+        if s.mix != SHARES:
+            raise ValueError(f"{where} is drawn at {s.mix!r}, not at {SHARES!r}")
+    return Band(float(level), parsed[0], tuple(parsed[1:]), own)

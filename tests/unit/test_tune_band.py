@@ -1,0 +1,209 @@
+"""The live check's prediction band for a window of n requests (issue 62 item 7: :mod:`specops.tune.band`,
+:mod:`specops.tune.windows`). On the recorded CPU blocks it narrows as the window grows, holds its level on windows
+drawn afresh, spans each of the tune's workloads alone, and leaves prose on a host tuned on edits outside; the loss's
+upper end never reads a loss for traffic that drafts nothing; the band travels through the record and back, and the
+tune keeps it beside its live model."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specops.bench.costmodel import Overheads, Run, StepCosts
+from specops.tune import band as bands
+from specops.tune import live, result, windows
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCKS = ROOT / "tests" / "fixtures" / "cpu-tune-blocks"
+MIX7030 = BLOCKS / "reqlog-mix7030-20261201.jsonl"  # edits that pay little and spread wide, at 70/30
+STANDARD = BLOCKS / "demo-limit12-20261128c.jsonl"  # edits at 1.17, the rest about 1.02, equal shares
+ARM = "exact-ngram-mod"
+FAST = 2000  # windows per n where the test needs no tail of its own
+
+
+def samples(path: Path, workload: str | None = None) -> list[windows.Sample]:
+    """Each recorded request of the candidate: (tokens, plain decoding's seconds, its seconds)."""
+    out = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        res = rec["results"]
+        if ARM in res and "baseline" in res and workload in (None, rec["workload"]):
+            n = float(res[ARM].get("n_predicted") or 96)
+            out.append(windows.Sample(rec["workload"], rec["task"], (n, n / res["baseline"]["decode_tps"],
+                                                                     n / res[ARM]["decode_tps"])))
+    return out
+
+
+def figures(s: list[windows.Sample], shares: dict[str, float] | None, n: int, count: int, seed: int) -> np.ndarray:
+    """``count`` windows of ``n`` of these requests drawn afresh (another generator than the band's)."""
+    rng = np.random.default_rng(seed)
+    values = np.array([x.values for x in s])
+    counts = rng.multinomial(n, np.array(windows.weights(s, shares)), size=count)
+    return windows.ratio_of_sums(counts @ values)
+
+
+def width(spread: bands.Spread, n: float) -> float:
+    low, high = spread.at(n)
+    return high - low
+
+
+def test_the_band_narrows_as_the_window_grows():
+    b = windows.band(samples(MIX7030), {"edit": 0.7, "prose": 0.3}, windows.ratio_of_sums, replicates=FAST)
+    for spread in (b.shares, *b.alone, b.windows):
+        widths = [hi - lo for _, lo, hi in spread.rows]
+        # narrower with every row, but for the resampling's noise where it levels off (the tune's own uncertainty)
+        assert all(a >= 0.97 * b for a, b in itertools.pairwise(widths)), (spread.mix, widths)
+        assert widths[-1] < 0.75 * widths[3], (spread.mix, widths)  # 1000 requests against 10
+        assert spread.rows[0][1] < spread.centre < spread.rows[0][2]
+    widths = [hi - lo for _, lo, hi in b.windows.rows]
+    assert widths[-1] < widths[3] / 4  # about 1/√100 of it: a mean
+    # the windows' own spread closes in on the tune's figure; the band for new requests keeps the tune's own
+    # uncertainty (its dozen tasks a workload only estimate their kind)
+    assert width(b.windows, 1000) < width(b.shares, 1000) / 2
+    assert [w.mix for w in b.alone] == ["edit", "prose"] and b.level == bands.LEVEL == 0.99
+
+
+@pytest.mark.parametrize("n", [5, 20, 30, 100])
+def test_the_band_holds_its_level_on_windows_drawn_afresh(n):
+    s = samples(MIX7030)
+    shares = {"edit": 0.7, "prose": 0.3}
+    own = windows.spread(bands.SHARES, s, shares, windows.ratio_of_sums, replicates=4000, predictive=False)
+    new = windows.spread(bands.SHARES, s, shares, windows.ratio_of_sums, replicates=4000)
+    drawn = figures(s, shares, n, 4000, seed=7)
+    for spread, at_least in ((own, 0.978), (new, 0.99)):  # n = 30: between the table's rows, in log n
+        low, high = spread.at(n)
+        inside = float(np.mean((drawn >= low) & (drawn <= high)))
+        assert at_least <= inside, (spread.mix, n, inside)
+    low, high = own.at(n)
+    assert float(np.mean((drawn >= low) & (drawn <= high))) <= 0.998  # no wider than its level says
+
+
+def test_traffic_of_one_of_the_tunes_workloads_alone_reads_inside_and_prose_on_an_edit_host_outside():
+    s = samples(STANDARD)
+    b = windows.band(s, None, windows.ratio_of_sums, replicates=FAST)
+    per = b.shares.tokens_per_request
+    edits = [x for x in s if x.workload == "edit"]
+    drawn = figures(edits, None, 100, 2000, seed=3)  # a host whose traffic is all edits, at the tune's edit figure
+    low, high = b.edges(100 * per)
+    assert float(np.mean((drawn >= low) & (drawn <= high))) >= 0.99
+    _, shares_high = b.shares.at(100)
+    assert float(np.mean(drawn > shares_high)) > 0.5  # the band at the shares alone would call it changed
+    # a host tuned on those edits alone: prose reads below its band
+    edit_band = windows.band(edits, {"edit": 1.0}, windows.ratio_of_sums, replicates=FAST)
+    assert edit_band.alone == ()
+    prose = figures(samples(STANDARD, "prose"), None, 100, 2000, seed=4)
+    assert float(np.mean(prose < edit_band.edges(100 * per)[0])) == 1.0
+
+
+def test_only_a_confident_loss_reads_as_one():
+    b = windows.band(samples(STANDARD), None, windows.ratio_of_sums, replicates=FAST)
+    per = b.shares.tokens_per_request
+    for n in (0.01, 1, 3, 10, 100, 1000, 10**6):
+        assert b.upper(1.0, n * per) >= 1.0  # drafts nothing: 1.00, never a loss
+        assert b.upper(0.97, n * per) >= 0.97
+    assert b.upper(0.97, 1 * per) > 1.0  # one request of 0.97: noise
+    assert b.upper(0.9, 1000 * per) < 1.0  # a thousand of 0.9: a loss
+    assert b.upper(0.9, 1000 * per) < b.upper(0.9, 10 * per)
+
+
+def test_a_spread_reads_in_log_n_between_its_rows_and_closes_in_past_them():
+    s = bands.Spread(bands.SHARES, 100.0, 1.1, ((1.0, 0.7, 1.6), (10.0, 0.9, 1.3), (100.0, 1.0, 1.2)))
+    assert s.at(10) == (0.9, 1.3) and s.at(0.2) == s.at(1) == (0.7, 1.6)
+    assert s.at(math.sqrt(10)) == pytest.approx((0.8, 1.45))  # halfway in log n
+    low, high = s.at(400)  # four times the last row: half its distance from the centre
+    assert (low, high) == pytest.approx((1.05, 1.15))
+    assert s.requests(2500) == 25
+
+
+def built() -> bands.Band:
+    return windows.band(samples(MIX7030), {"edit": 0.7, "prose": 0.3}, windows.ratio_of_sums, replicates=FAST)
+
+
+def test_the_band_is_the_same_twice_and_survives_the_record():
+    b = built()
+    assert b == built()  # seeded
+    kept = json.loads(json.dumps(b.to_dict()))
+    back = bands.parse(kept)
+    assert "prediction band for a window of n requests" in kept["what"]
+    assert back.level == b.level and [s.mix for s in back.alone] == ["edit", "prose"]
+    for tokens in (50.0, 960.0, 5e5):
+        assert back.edges(tokens) == pytest.approx(b.edges(tokens), rel=1e-4)
+        assert back.upper(0.95, tokens) == pytest.approx(b.upper(0.95, tokens), rel=1e-4)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda d: d.update(level=1.5), "band.level is '1.5'"),
+    (lambda d: d.update(spreads=[]), "band.spreads is not a list"),
+    (lambda d: d["spreads"][0].update(mix="edit"), "band.spreads[0] is drawn at 'edit'"),
+    (lambda d: d["spreads"][1]["windows"][2].update(low=-1), "band.spreads[1].windows[2].low is -1"),
+    (lambda d: d["spreads"][0]["windows"].reverse(), "n not ascending"),
+    (lambda d: d["windows"].update(centre="1.1"), "band.windows.centre is '1.1'"),
+    (lambda d: d.pop("windows"), "band.windows is not an object"),
+])
+def test_a_malformed_band_is_refused_in_one_line(change, why):
+    d = json.loads(json.dumps(built().to_dict()))
+    change(d)
+    with pytest.raises(ValueError, match=None) as exc:
+        bands.parse(d)
+    assert why in str(exc.value) and "\n" not in str(exc.value)
+
+
+# ---- the tune's band for its live model --------------------------------------------------------------------------
+
+COSTS = StepCosts(0.1, {1: 1.0, 2: 1.3, 5: 1.6, 9: 2.4, 17: 3.3})
+
+
+def block(workload: str, task: str, tps: float, drafts: int, drafted: int, accepted: int) -> dict:
+    spec = {"drafts": drafts, "draft_tokens": drafted, "accepted": accepted}
+    return {"workload": workload, "task": task,
+            "results": {"baseline": {"decode_tps": 10.0, "n_predicted": 96},
+                        "cand": {"decode_tps": tps, "n_predicted": 96, "spec": spec}}}
+
+
+# edits draft and accept; prose drafts little and accepts less
+TUNE_BLOCKS = [*(block("edit", f"e{i}", 13.0 + i % 3, 10, 80, 40 + 5 * (i % 4)) for i in range(8)),
+               *(block("prose", f"p{i}", 10.0, 3 + i % 2, 12, 2 + i % 3) for i in range(6)),
+               {"type": "fail", "arm": "cand"}]
+
+
+def test_the_models_prices_at_once_are_its_own():
+    m, why = live.build(COSTS, Overheads(0.002, 0.001, 0.0005), TUNE_BLOCKS, "cand", "baseline")
+    assert m is not None, why
+    with_draft = live.LiveModel(StepCosts(0.1, {1: 1.0, 4: 1.2}, 0.01, {1: 1.0, 3: 1.5}), m.over, m.measured,
+                                m.modelled, m.round_correction_s)
+    rng = np.random.default_rng(1)
+    rows = np.column_stack([rng.integers(0, 3000, 500), rng.integers(0, 200, 500), rng.integers(0, 3000, 500),
+                            rng.integers(0, 600, 500)]).astype(float)
+    rows[:, 3] = np.minimum(rows[:, 3], rows[:, 2])
+    for model in (m, with_draft):  # past the batch curves' last size too (up to 3000 drafted in few rounds)
+        mine = model.predict_sums(rows)
+        theirs = [model.predict(Run(n, 0.0, d, t, a)) for n, d, t, a in rows]
+        assert np.allclose(mine, [math.nan if x is None else x for x in theirs], equal_nan=True, rtol=1e-12)
+
+
+def test_the_tune_keeps_the_band_of_its_live_model():
+    m, why = live.build(COSTS, Overheads(0.002), TUNE_BLOCKS, "cand", "baseline")
+    assert m is not None, why
+    kept, why = result.live_band(m, TUNE_BLOCKS, "cand", {"edit": 0.5, "prose": 0.5})
+    assert kept is not None, why
+    b = bands.parse(kept)
+    assert [s.mix for s in b.alone] == ["edit", "prose"] and b.shares.tokens_per_request == 96
+    run, _ = live.arm_run(TUNE_BLOCKS, "cand", "baseline")
+    # each block weighs alike within its workload, and the workloads are measured 8 : 6, so at even shares the
+    # centre is the model on the shares' mean counters, not on the pooled ones
+    edit, prose = (live.arm_run([x for x in TUNE_BLOCKS if x.get("workload") == w], "cand", "baseline")[0]
+                   for w in ("edit", "prose"))
+    mean = Run(96, 0, *((getattr(edit, k) / 8 + getattr(prose, k) / 6) / 2 for k in ("drafts", "drafted",
+                                                                                      "accepted")))
+    assert b.shares.centre == pytest.approx(m.predict(mean), rel=1e-4)
+    assert b.shares.centre != pytest.approx(m.predict(run), rel=1e-3)
+    low, high = b.edges(10 * 96)
+    assert low < b.shares.centre < high
+    # shares of workloads the profile was never measured on: no band, and why
+    none, why = result.live_band(m, TUNE_BLOCKS, "cand", {"code": 1.0})
+    assert none is None and "no measured request of a workload with a share" in why
