@@ -20,7 +20,11 @@ draft-model types, where every round drafts ``n_max`` tokens): one round costs `
 
 The probe sends one request at a time by default (``STREAMS``); given the service's ``--parallel`` N
 (``--streams``) each pair is N requests at once per server, timed as aggregate tokens/s, so the verdict is for the
-service's concurrency. Every verdict line says which (:func:`measured_at`, from the probe's own ``streams``).
+service's concurrency. Every verdict line says which (:func:`measured_at`, from the probe's own ``streams``). At N
+streams the verdict follows the tune's rule at N (issue 62 item 2, :func:`specops.bench.design.deployable`): it
+pays only when its interval is wholly above 1 and not wholly under 1 + MARGIN_AT_N; wholly under 1 + MARGIN_AT_N it
+loses (no gain worth serving at N); an interval that reaches both sides is unproven. (Output identity at N is the
+tune's to judge, against plain decoding's own run-to-run rate: :mod:`specops.tune.streams`.)
 
 The role's speed-gate task files (roles/llama_server/tasks/speedgate*.yml) only run things and call this module:
 before the install, :func:`before_install` (measure this unit, or did it lose before: serve plain or refuse);
@@ -39,7 +43,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from specops.bench.stats import geomean_ratio_ci, mean
+from specops.bench.design import deployable
+from specops.bench.stats import Interval, geomean_ratio_ci, mean
 from specops.exporter.speedgate import VERDICTS as EXPORTED_VERDICTS
 from specops.knobs import knob
 from specops.saturation_verdict import at_concurrency
@@ -47,6 +52,7 @@ from specops.saturation_verdict import at_concurrency
 DECISIONS = ("fallback", "warn", "fail", "off")
 VERDICTS = ("pays", "loses", "unproven")
 MIN_PROMPTS = 2
+MARGIN_AT_N = 0.05  # the tune's margin (specops tune --margin): at N streams the gate holds a service to its rule
 STREAMS = 1  # requests the speed probe (roles/llama_server/files/speed_probe.py) has in flight at once by default
 
 
@@ -129,7 +135,21 @@ def _verdict(out: Mapping[str, Any], min_ratio: float, max_spread: float, gave_u
         spread = f"{hi / lo:.2f}" if lo and hi else "unbounded"
         return "unproven", (f"the 95% interval is too wide for a verdict (high ÷ low = {spread}, at most "
                             f"{max_spread:g} allowed: llama_server_speed_gate_max_spread)")
+    if int(out.get("streams") or STREAMS) > 1:
+        return _verdict_at_n(Interval(out["ratio"], lo, hi, out["prompts"]), min_ratio)
     return ("pays" if out["ratio"] >= min_ratio else "loses"), ""
+
+
+def _verdict_at_n(iv: Interval, min_ratio: float) -> tuple[str, str]:
+    """At N streams: the tune's rule at N (confidently faster, not confidently under 1 + MARGIN_AT_N), and the
+    operator's ``min_ratio`` on the estimate beside it."""
+    if iv.estimate < min_ratio or iv.significantly_below(1.0 + MARGIN_AT_N):
+        return "loses", ""
+    if deployable(iv, MARGIN_AT_N):
+        return "pays", ""
+    return "unproven", (f"at N streams a speculative service must be confidently faster than plain decoding and not "
+                        f"confidently under 1 + {MARGIN_AT_N:.0%} (the tune's rule at N): its 95% interval "
+                        f"[{iv.low:.2f}, {iv.high:.2f}] reaches both sides of plain decoding")
 
 
 def break_even(n_tokens: int, drafted: int, accepted: int, ratio: float, n_max: int | None) -> float | None:

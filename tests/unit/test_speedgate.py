@@ -336,3 +336,23 @@ def test_the_record_for_the_unit_that_runs_now() -> None:
     assert tuned["message"] == ("not measured: plain decoding is served, the tune's answer (specops tune, W: no "
                                 "candidate pays here)") and tuned["tune"] == {"when": "W", "reason": ""}
     assert tuned["serving"] == "plain" and "tune" not in record({}, {"measure": False, "prev": {}})
+
+
+@pytest.mark.parametrize("spec, verdict", [
+    ([15.0, 15.6, 14.4, 15.0], "pays"),  # 1.25x, confidently above 1 + 5%
+    ([12.3, 12.4, 12.2, 12.3], "loses"),  # 1.025x, confidently faster but wholly under 1 + 5%: no gain worth serving
+    ([11.9, 13.1, 12.2, 12.8], "unproven"),  # ~1.04x, the interval reaches both sides of plain decoding
+    ([9.0, 9.6, 8.4, 9.0], "loses"),  # 0.75x, slower
+])
+def test_at_n_streams_the_gate_holds_the_service_to_the_tunes_rule(spec: list[float], verdict: str) -> None:
+    """Issue 62 item 2: at N streams the gate's verdict is the tune's rule at N, the margin included; at one stream
+    the operator's min_ratio on the estimate, as before (1.025x pays there)."""
+    p = {**probe({SPEC: spec, PLAIN: [12.0, 12.0, 12.0, 12.0]}), "streams": 2}
+    r = judge(p, p, SPEC, PLAIN)
+    assert r["verdict"] == verdict, r
+    if verdict == "unproven":
+        assert "1 + 5% (the tune's rule at N)" in r["unproven_because"]
+        assert "reaches both sides" in r["unproven_because"]
+    one = judge(probe({SPEC: spec, PLAIN: [12.0, 12.0, 12.0, 12.0]}), probe({SPEC: spec, PLAIN: [12.0] * 4}), SPEC,
+                PLAIN)
+    assert one["verdict"] == ("pays" if sum(spec) / 4 >= 12.0 else "loses")
