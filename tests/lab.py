@@ -155,12 +155,12 @@ PACED = 3.0
 
 # Each request is one of a real client's: the same prompt, ``tokens`` tokens (ignore_eos: a known length), streamed
 # or not, a pause between requests (``pause``). A record: whether the answer ended whole, how many streamed pieces it
-# got before it ended, the HTTP status of a refusal, start and end (epoch s).
+# got before it ended, the HTTP status of a refusal and its Retry-After, start and end (epoch s).
 CLIENT = r"""
 import json, os, sys, time, urllib.error, urllib.request
 opts = json.loads(sys.argv[1])
 while not os.path.exists(opts["stop"]):
-    t0, pieces, status = time.time(), 0, None
+    t0, pieces, status, retry_after = time.time(), 0, None, None
     try:
         body = json.dumps({"prompt": "Write a long story about a lighthouse keeper and the sea:",
                            "n_predict": opts["tokens"], "stream": opts["stream"], "temperature": 0,
@@ -181,9 +181,9 @@ while not os.path.exists(opts["stop"]):
         print(json.dumps({"ok": done, "pieces": pieces, "start": t0, "end": time.time()}), flush=True)
     except Exception as exc:
         if isinstance(exc, urllib.error.HTTPError):
-            status = exc.code
-        print(json.dumps({"ok": False, "pieces": pieces, "status": status, "error": repr(exc)[:200], "start": t0,
-                          "end": time.time()}), flush=True)
+            status, retry_after = exc.code, exc.headers.get("Retry-After")
+        print(json.dumps({"ok": False, "pieces": pieces, "status": status, "retry_after": retry_after,
+                          "error": repr(exc)[:200], "start": t0, "end": time.time()}), flush=True)
         time.sleep(0.3)  # a failing loop stays a client's pace (the failure itself is what a test reports)
     time.sleep(opts["pause"])
 """

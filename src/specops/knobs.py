@@ -304,6 +304,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("slots", "bool", "the /slots endpoint, where the build has the flag", ("--slots",),
          off_flags=("--no-slots",), default=True, llama_default=True, role=False, profile_default=True,
          render=SWITCH_ON, if_built=True),
+    Knob("reuse_port", "bool", "SO_REUSEPORT on the listening socket, where the build has the flag: a restart "
+         "then holds new requests from its first moment (the drain listens beside the server) and waits only for "
+         "those in flight; false: it waits for a moment with every slot idle first, which under steady traffic may "
+         "take its whole llama_server_drain_timeout and then cut", ("--reuse-port",), default=True,
+         llama_default=False, render=SWITCH_ON, if_built=True),
     Knob("alias", "str", "model name in the API", ("--alias", "-a")),
     Knob("api_key_file", "str", "API key file on the host: absolute, owned by root, not readable by group or "
          "others (preflight refuses anything else with the chown/chmod to run); the unit hands it over with "

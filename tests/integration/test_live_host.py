@@ -69,9 +69,10 @@ def test_a_changed_deploy_cuts_no_answer_mid_stream(live, labhost):
     row("changed deploy (ctx 2048 → 1536)", drained, seconds, stream, run.rc != 0)
     assert run.rc == 0, run.output[-4000:]
     assert "--ctx-size 1536" in running_cmdline(labhost)
-    assert drained.startswith("Restarted") and "when its slots were idle" in drained, drained
-    # the signal came when no client connection was open (issue 51: not merely at an idle look at /slots)
-    assert "until it had no client connection open" in drained or "with no client connection open" in drained, drained
+    # new requests held (or answered 503 with Retry-After) from the drain's first moment, the one in flight waited
+    # for (issue 63: not merely until an idle look at /slots, issue 51), none cut
+    assert drained.startswith("Restarted") and "with no request cut" in drained, drained
+    assert "held from the first moment of the drain" in drained and "cut 0;" in drained, drained
     assert stream.cut == [], stream.cut
 
 

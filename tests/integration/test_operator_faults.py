@@ -300,5 +300,6 @@ def test_a_wrong_key_in_the_exporter_reads_as_auth_not_down(serving, labhost):
     row("exporter holding a wrong API key", f"kind=auth errors {auth:g}, llamacpp_exporter_auth_refused 1, "
         "llamacpp_up 0, llamacpp_healthy 1", s, serving, since)
     # the client holds the right key: the server's restart for its new key cuts no answer (a request that comes
-    # while it restarts may be refused: no drain keeps a port open through a restart)
+    # while it restarts may be answered 503 with Retry-After: the lab's /proc/sys is read-only, so the drain cannot
+    # hand what it holds to the new server)
     assert [r for r in serving.cut if r["end"] >= since] == []

@@ -1,17 +1,40 @@
 #!/usr/bin/env python3
 """Restart (or stop) a llama-server unit without cutting a request it is writing (standard library only).
 
-llama-server stops generating the moment it is told to stop: a stream in flight is cut. So this waits until
-none of the server's slots is processing (polling /slots every ``--interval`` seconds, at most ``--timeout``
-seconds); past the deadline it restarts anyway and says how many requests it cut. Prints JSON: {"drained",
-"waited_s", "busy_at_restart", "held", "open_at_signal", "stop_s", "restart_s", "slots"}; when the start fails,
-"start_failed" (systemd's result and exit status, the unit's journal since the start) instead of "restart_s", the
-same line on stderr, and exit status 1.
+llama-server stops generating the moment it is told to stop: a stream in flight is cut. So the drain keeps every new
+request from it from its first moment, waits (at most ``--timeout`` seconds) until the requests already in flight
+have finished, signals it, restarts it and gives the new server the requests it held, once the new one answers
+/health. Prints JSON: {"began" (epoch s), "held" (how: "listener", "socket filters", "frozen look"), "drained",
+"waited_s", "in_flight", "busy_at_restart", "open_at_signal", "stop_hung", "stop_s", "restart_s", "released_s",
+"released", "requests": {"held", "refused", "cut"}}; when the start fails, "start_failed" (systemd's result and exit
+status, the unit's journal since the start) instead of "restart_s", the same line on stderr, and exit status 1.
+
+- ``"held": "listener"`` (the default where it can be): llama-server listens with SO_REUSEPORT (``--reuse-port``,
+  which the role's unit gives it), so the drain opens a listener of its own on the same address and port and has
+  the kernel give it every new connection (a classic BPF program on the group, ``Hold``). A client connects and
+  sends its request at once; the request waits in the drain's accept queue. The old server keeps only what it is
+  already answering; a new request on one of its kept-alive connections gets no answer (socket filters where they
+  can be attached, ``Doors``; elsewhere the old server answers it and the drain waits for it too, and a kept-alive
+  connection open past 7 s with every slot idle at two looks is taken to be idle: the signal then goes while the
+  process is stopped, as the frozen look's does). When it has no client connection left (or at the deadline:
+  ``busy_at_restart`` answers still running are cut, and said), the drain signals it and starts the unit again;
+  the new server joins the drain's group, and once it answers /health every new connection goes to it and the
+  queue the drain holds moves to it whole when the drain closes its listener (net.ipv4.tcp_migrate_req, Linux 5.14+:
+  set for that moment, as it was after). Its loading window is held too: no client sees its 503 "Loading model".
+  Where the queue cannot move (an older kernel, /proc/sys read-only: a container), and for requests held longer than
+  ``--hold-limit`` s, the drain answers them itself: 503 with ``Retry-After: --retry-after``. An upgrade (another
+  build, ``--free-port``), ``--action stop``, a new process of another owner, a failed start or a new server not
+  healthy in ``--health-timeout`` s: what it holds is answered so too. ``requests`` says how many it handed to the
+  new server (held), answered 503 (refused) and cut.
+- Where the drain cannot join (a llama-server without --reuse-port, ``no_hold`` says why) or ``--hold``
+  says otherwise, the hold after an idle look below: it waits for a moment when no slot is processing (polling
+  /slots every ``--interval`` s), then keeps new requests away, and signals once no client connection is left.
+  Under steady traffic that moment may not come before the deadline (the issue-63 trial: 4 streams cut).
 
 A look at /slots cannot be the last word: a request that llama-server has accepted but not yet handed to a slot
 (it tokenizes in the HTTP thread, and /slots jumps the task queue) or one that arrives just after the look is not
 in it, and SIGTERM cuts such a request after its first token (seen on the lab host: "1 cut after its first
-token"). So once the slots are idle, new requests are kept from the server, and the signal goes only when it has
+token"). So the hold after an idle look keeps new requests from the server, and the signal goes only when it has
 no client connection left (the reasons, from llama.cpp's source, are beside ``hold_then_stop``):
 
 - ``"held": "socket filters"``: the drain takes llama-server's own sockets (pidfd_getfd, root, Linux 5.6+) and
@@ -33,9 +56,10 @@ no client connection left (the reasons, from llama.cpp's source, are beside ``ho
 
 The waits are bounded by the drain's deadline (at least 7 s after the idle look: a kept-alive connection's 5 s);
 past it the signal goes anyway and ``open_at_signal`` says how many client connections were still open (an
-answer begun on one of them was cut when the process does not exit: ``stop_hung``). ``--hold`` picks one way
-(default ``auto``: filters where they can be attached); ``--pause-after-look`` waits that long between the idle
-look and the hold, so that a test can start a request in that gap on purpose.
+answer begun on one of them was cut when the process does not exit: ``stop_hung``). ``--hold filters`` or
+``freeze`` picks one of these ways (``filters``: filters where they can be attached, else the frozen look);
+``--pause-after-look`` waits that long between the idle look and the hold, so that a test can start a request in
+that gap on purpose.
 
 The signal goes to the unit's main process through a pidfd, from this process (no systemctl, D-Bus or PID 1
 between the decision and the signal), then ``systemctl stop`` once it has exited. When the process has not exited
@@ -53,15 +77,18 @@ import http.client
 import json
 import os
 import platform
+import pwd
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 
-from hostlib import auth_headers, busy_slots, tcp_rows
+from hostlib import auth_headers, busy_slots, tcp_listeners, tcp_rows
 
 
 def look(url: str, headers: dict) -> tuple[int | None, int | None]:
@@ -205,7 +232,7 @@ def program(insns: tuple[tuple[int, int, int, int], ...]) -> bytes:
     class Prog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Insn))]
 
-    code = (Insn * len(insns))(*(Insn(*i) for i in insns))
+    code = (Insn * len(insns))(*(Insn(c, jt, jf, k & 0xFFFFFFFF) for c, jt, jf, k in insns))
     _KEEP.append(code)
     return bytes(Prog(len(insns), ctypes.cast(code, ctypes.POINTER(Insn))))
 
@@ -279,17 +306,18 @@ class Doors:
             else:
                 os.close(mine)
 
-    def close(self) -> str | None:
-        """Filter the listening sockets, then the open connections. None when done, else why not (then nothing
-        is left filtered)."""
+    def close(self, listeners: bool = True) -> str | None:
+        """Filter the listening sockets (``listeners``), then the open connections. None when done, else why not
+        (then nothing is left filtered)."""
         fds = socket_fds(self.pid)
-        listeners = [ino for lport, state, _, ino in tcp_rows(self.pid)
-                     if lport == self.port and state == LISTEN and ino in fds]
-        if not listeners:
+        found = [ino for lport, state, _, ino in tcp_rows(self.pid)
+                 if lport == self.port and state == LISTEN and ino in fds]
+        if not found:
             return f"no listening socket of pid {self.pid} on port {self.port}"
         try:
             self.programs = program(DROP_ALL), program(DROP_DATA)
-            for ino in listeners:
+            os.close(take_fd(self.pidfd, fds[found[0]]))   # may this process take its sockets at all?
+            for ino in found if listeners else ():
                 if not self._set(ino, fds[ino], self.programs[0]):
                     raise OSError(0, f"the listening socket {ino} changed under the drain")
                 self.filtered.add(ino)
@@ -447,11 +475,425 @@ def hold_then_stop(args, pid: int, pidfd: int, port: int, headers: dict, mine: c
             return busy, terminate(pidfd, min(args.grace, 1.0))
 
 
+# ---- the hold from the start: a listener of the drain's own beside llama-server's -------------------------------
+# With --reuse-port llama-server's listening socket has SO_REUSEPORT (tools/server/server-http.cpp:218-227 at
+# 0c1e57098: SO_REUSEADDR always, SO_REUSEPORT with the flag; the role's unit gives it, llama_server_reuse_port), so a
+# socket of the same owner may listen on its address and port: the kernel then picks one socket of
+# that group for each new connection, by its index in the group where a classic BPF program is attached to it
+# (SO_ATTACH_REUSEPORT_CBPF, Linux 4.5+). The drain's listener joins and takes every new connection from its first
+# moment (their handshakes complete, their requests wait unread in its accept queue): the old server keeps only what
+# it is already answering. Once the new server has joined the group and answers /health, every new connection goes
+# to it and the drain closes its listener: with net.ipv4.tcp_migrate_req (Linux 5.14+) a closing listener's queue
+# moves to another listener of its group, so the held requests are the new server's, in one move. Where that cannot
+# be (an older kernel, a read-only /proc/sys: a container), or past --hold-limit, the drain answers new connections
+# itself: 503 with Retry-After. The drain's own looks (/slots, /health) go from a source port the program sends to
+# the server's index.
+
+SO_ATTACH_REUSEPORT_CBPF = 51
+SKF_NET_OFF = -0x100000      # classic BPF: a load relative to the IP header
+MIGRATE = "/proc/sys/net/ipv4/tcp_migrate_req"
+SETTLE_S = 0.2               # a handshake begun before the group's program changed has completed by then
+
+
+def steer(mine: int, other: int, probe: int = 0) -> bytes:
+    """The group's program: every new connection to index ``mine``, one from source port ``probe`` to ``other``
+    (IPv4 without options or IPv6, as the drain's own connections are)."""
+    return program((
+        (0x30, 0, 0, SKF_NET_OFF),           # ldb [ip]        version, header length
+        (0x15, 0, 2, 0x45),                  # jeq #0x45       IPv4, 20 bytes
+        (0x28, 0, 0, SKF_NET_OFF + 20),      # ldh [ip + 20]   its TCP source port
+        (0x05, 0, 0, 3),                     # ja port
+        (0x74, 0, 0, 4),                     # rsh #4
+        (0x15, 0, 3, 6),                     # jeq #6          IPv6
+        (0x28, 0, 0, SKF_NET_OFF + 40),      # ldh [ip + 40]   its TCP source port
+        (0x15, 0, 1, probe),                 # port: jeq #probe
+        (0x06, 0, 0, other),                 # ret #other
+        (0x06, 0, 0, mine),                  # ret #mine
+    ))
+
+
+def can_migrate() -> bool:
+    """A closing listener's queue can move to another of its group (tcp_migrate_req is on, or this may turn it on)."""
+    try:
+        with open(MIGRATE) as fh:
+            return fh.read().strip() == "1" or os.access(MIGRATE, os.W_OK)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def migrating():
+    """tcp_migrate_req on (yields whether it is), as it was again afterwards."""
+    try:
+        with open(MIGRATE) as fh:
+            before = fh.read().strip()
+        if before != "1":
+            with open(MIGRATE, "w") as fh:
+                fh.write("1")
+    except OSError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if before != "1":
+            with contextlib.suppress(OSError), open(MIGRATE, "w") as fh:
+                fh.write(before)
+
+
+def owned_socket(uid: int, family: int) -> socket.socket:
+    """A TCP socket owned by ``uid``: only a socket of the same owner joins a SO_REUSEPORT group."""
+    euid = os.geteuid()
+    if uid == euid:
+        return socket.socket(family, socket.SOCK_STREAM)
+    os.seteuid(uid)
+    try:
+        return socket.socket(family, socket.SOCK_STREAM)
+    finally:
+        os.seteuid(euid)
+
+
+def uid_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next(int(line.split()[2]) for line in fh if line.startswith("Uid:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def next_owner(unit: str) -> int | None:
+    """The uid the unit's next process runs as; None where systemd picks it at the start (DynamicUser=: the uid
+    hashed from the unit's name, the old process's again)."""
+    props = unit_props(unit, "User", "DynamicUser")
+    user = props.get("User", "")
+    if props.get("DynamicUser") == "yes":
+        return None
+    if user.isdigit() or not user:
+        return int(user or 0)
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def refuse(conn: socket.socket, retry_after: int) -> None:
+    """Answer one held connection 503 with Retry-After, then wait for its client to close first (no TIME_WAIT of
+    the drain's left on the server's port)."""
+    body = json.dumps({"error": {"code": 503, "type": "unavailable_error",
+                                 "message": f"restarting: retry after {retry_after} s"}}).encode()
+    head = (f"HTTP/1.1 503 Service Unavailable\r\nRetry-After: {retry_after}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    with conn, contextlib.suppress(OSError):
+        conn.settimeout(2)
+        conn.recv(65536)             # its request (what has come of it)
+        conn.sendall(head + body)
+        while conn.recv(65536):
+            pass
+
+
+class Hold:
+    """The drain's listener in the old server's SO_REUSEPORT group (above). ``held``: connections handed to the new
+    server; ``refused``: answered here 503 with Retry-After."""
+
+    def __init__(self, sock: socket.socket, address: str, port: int, uid: int, mine: int, args) -> None:
+        self.sock, self.address, self.port, self.uid = sock, address, port, uid
+        parts = urllib.parse.urlsplit(args.url)   # where the drain's own looks go
+        self.host, self.target = parts.netloc, socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)[0]
+        self.inode = os.fstat(sock.fileno()).st_ino
+        self.mine, self.other = mine, 0               # indexes in the group: the old server's listener came first
+        self.retry_after, self.limit = args.retry_after, args.hold_limit
+        self.hold_until = time.monotonic() + args.hold_limit
+        # why new connections are answered here (503 with Retry-After) instead of held; "" while they are held
+        self.why = ("--hold-limit 0" if args.hold_limit <= 0 else
+                    "" if can_migrate() else f"{MIGRATE} is 0 and cannot be set here")
+        self.held = self.refused = 0
+        self.outcome = ""
+        self.answering: list[threading.Thread] = []
+        sock.setblocking(False)
+
+    @classmethod
+    def begin(cls, pid: int, port: int, args) -> tuple[Hold | None, str]:
+        """Join the group of ``pid``'s listener on ``port`` and take its new connections; (None, why) where not."""
+        fds = socket_fds(pid)
+        own = [x for x in tcp_listeners(port, pid) if x.inode in fds]
+        if len(own) != 1:
+            return None, f"{len(own)} listening sockets of pid {pid} on port {port}"
+        old = own[0]
+        sock = None
+        try:
+            sock = owned_socket(old.uid, socket.AF_INET6 if old.v6 else socket.AF_INET)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((old.address, port))
+            mine = len([x for x in tcp_listeners(port) if (x.address, x.v6) == (old.address, old.v6)])
+            if not mine:
+                raise OSError(0, "the server listens in another network namespace")
+            hold = cls(sock, old.address, port, old.uid, mine, args)
+            if not hold.proven():
+                raise OSError(0, "a connection of its own did not reach it")
+            hold.attach(steer(hold.mine, hold.other))
+        except OSError as exc:
+            if sock is not None:
+                sock.close()
+            return None, f"its own listener beside it: {exc.strerror or exc}"
+        return hold, ""
+
+    @property
+    def open(self) -> bool:
+        return self.sock.fileno() >= 0
+
+    def attach(self, code: bytes) -> None:
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, code)
+
+    def client(self) -> socket.socket:
+        conn = socket.socket(self.target[0], socket.SOCK_STREAM)
+        conn.bind(("::" if self.target[0] == socket.AF_INET6 else "0.0.0.0", 0))
+        return conn
+
+    def proven(self) -> bool:
+        """Listen, and prove its index: a connection from a port of its own reaches it, every other still the
+        server (the program is attached as it joins the group: until then the kernel picks by a hash)."""
+        conn = self.client()
+        probe = conn.getsockname()[1]
+        try:
+            self.sock.listen(socket.SOMAXCONN)
+            self.attach(steer(self.other, self.mine, probe))
+            conn.settimeout(2)
+            conn.connect(self.target[4])
+            end = time.monotonic() + 1
+            while select.select([self.sock], [], [], max(0.0, end - time.monotonic()))[0]:
+                got, peer = self.sock.accept()
+                if peer[1] == probe:
+                    got.close()
+                    return True
+                self.answer(got)   # a client's, in the moment before the program: answered 503 with Retry-After
+            return False
+        finally:
+            conn.close()
+
+    def ask(self, path: str, headers: dict) -> tuple[int | None, bytes]:
+        """GET ``path`` of the server in the group (not this listener): the drain's looks."""
+        conn = self.client()
+        try:
+            self.attach(steer(self.mine, self.other, conn.getsockname()[1]))
+            conn.settimeout(5)
+            conn.connect(self.target[4])
+            lines = "".join(f"{k}: {v}\r\n" for k, v in {**headers, "Connection": "close"}.items())
+            conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n{lines}\r\n".encode())
+            resp = http.client.HTTPResponse(conn)
+            resp.begin()
+            return resp.status, resp.read()
+        except (OSError, http.client.HTTPException):
+            return None, b""
+        finally:
+            conn.close()
+            self.attach(steer(self.mine, self.other))
+
+    def look(self, headers: dict) -> int | None:
+        """Slots processing in the server's /slots (None: unreadable)."""
+        status, body = self.ask("/slots", headers)
+        try:
+            return busy_slots(json.loads(body)) if status == 200 else None
+        except ValueError:
+            return None
+
+    def others(self) -> bool:
+        """Another listener is in the group (on its address and port: it could not be there otherwise)."""
+        return any(x.address == self.address and x.inode != self.inode for x in tcp_listeners(self.port))
+
+    def queued(self) -> int:
+        """Connections in its accept queue (tcp_info's tcpi_unacked, for a listening socket)."""
+        return struct.unpack_from("I", self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104), 24)[0]
+
+    def tick(self) -> None:
+        """Past the hold limit (or without migration) answer what came: 503 with Retry-After."""
+        if not self.why and time.monotonic() >= self.hold_until:
+            self.why = f"held {self.limit:g} s (--hold-limit)"
+        if not self.why:
+            return
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.answer(conn)
+
+    def answer(self, conn: socket.socket) -> None:
+        self.refused += 1
+        answer = threading.Thread(target=refuse, args=(conn, self.retry_after), daemon=True)
+        answer.start()
+        self.answering.append(answer)
+
+    def release(self, why: str = "") -> None:
+        """Every new connection to the other listener of the group, what this one holds handed to it, and closed;
+        with ``why`` (or where it cannot be handed over) what it holds is answered 503 with Retry-After."""
+        if not self.open:
+            return
+        self.attach(steer(self.other, self.other))
+        time.sleep(SETTLE_S)
+        self.why = self.why or why or ("" if self.others() else "no other listener on the port")
+        if not self.why:
+            with migrating() as ok:
+                if ok:
+                    self.held += self.queued()
+                    self.sock.close()
+                    self.outcome = "handed to the new server"
+                    return
+            self.why = f"{MIGRATE} could not be set"
+        self.tick()
+        self.sock.close()
+        self.outcome = f"answered 503 with Retry-After: {self.why}"
+
+    def await_new(self, unit: str, headers: dict, timeout: float, interval: float) -> None:
+        """After the start: release to the new server once it has joined the group and answers /health."""
+        main_pid = unit_props(unit, "MainPID").get("MainPID", "")
+        pid = int(main_pid) if main_pid.isdigit() else 0
+        pidfd = open_pid(pid)
+        if pidfd is None:
+            return self.release("no new process")
+        try:
+            uid = uid_of(pid)
+            if uid not in (None, self.uid):
+                return self.release(f"the new process runs as uid {uid}, not {self.uid}: it cannot join")
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                if exited(pidfd, 0):
+                    return self.release("the new process exited")
+                self.tick()
+                if self.others() and self.ask("/health", headers)[0] == 200:
+                    return self.release()
+                time.sleep(interval)
+            return self.release(f"the new server did not answer /health in {timeout:g} s")
+        finally:
+            os.close(pidfd)
+
+    def finish(self) -> dict:
+        for answer in self.answering:
+            answer.join(5)
+        return {"held": self.held, "refused": self.refused}
+
+
+def old_connections(pid: int, port: int) -> list[int]:
+    """Inodes of the client connections the old server has (0: one in its accept queue): each an answer in flight
+    or an idle kept-alive connection; none can come new (the drain's listener takes every new one)."""
+    fds = socket_fds(pid)
+    live = [ino for lport, state, _, ino in tcp_rows(pid) if lport == port and state in LIVE and ino in fds]
+    return live + [0] * sum(x.queued for x in tcp_listeners(port, pid) if x.inode in fds)
+
+
+def signal_frozen(pid: int, pidfd: int) -> bool:
+    """SIGTERM while the process is stopped (taken as it resumes, before a request that reached the kernel meanwhile
+    can become a task: see hold_then_stop); False where it did not stop."""
+    try:
+        if not freeze(pid, pidfd):
+            return False
+        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+        return True
+    except ProcessLookupError:
+        return True
+    finally:
+        thaw(pidfd)
+
+
+def restart_held(args, hold: Hold, pid: int, pidfd: int, port: int, headers: dict, deadline: float,
+                 out: dict) -> int:
+    """New requests held from the first moment; the requests in flight waited for (until ``deadline``); the
+    signal, the stop and the start; the held requests handed to the new server once it answers /health."""
+    t0 = time.monotonic()
+    cut = 0
+    out["held"] = "listener"
+    doors: Doors | None = Doors(pid, pidfd, port)
+    why = doors.close(listeners=False)   # a new request on a kept-alive connection goes unanswered
+    if why is not None:
+        out["no_filters"], doors = why, None
+    try:
+        with interruptible():
+            first: dict[int, float] = {}   # when each connection was first seen open
+            looked, frozen = 0.0, False
+            idle: tuple[int, ...] = ()     # the connections open at the last look, every slot idle
+            out["in_flight"] = len(old_connections(pid, port))
+            while True:
+                conns, now = old_connections(pid, port), time.monotonic()
+                if not conns or now >= deadline:
+                    break
+                for ino in conns:
+                    first.setdefault(ino, now)
+                # Without filters a kept-alive connection stays open while its client keeps using it (the
+                # exporter's pool): open past the server's keep-alive timeout with every slot idle at two looks
+                # 0.5 s apart (an answer that has just left its slot closes its connection within that), it is
+                # taken to be idle, and the signal goes at a frozen instant, as the frozen look's does.
+                if (doors is None and now - looked >= 0.5
+                        and all(ino and now - first[ino] >= KEEPALIVE_S + 2 for ino in conns)):
+                    looked, same = now, idle == tuple(sorted(conns))
+                    idle = tuple(sorted(conns)) if hold.look(headers) == 0 else ()
+                    if idle and same and signal_frozen(pid, pidfd):
+                        frozen = True
+                        break
+                hold.tick()
+                if doors is not None:
+                    doors.keep_closed()
+                time.sleep(args.interval)
+            left = len(conns)
+            # past the deadline: how many of them are answers (the others idle kept-alive connections)
+            busy = 0 if frozen or not left else hold.look(headers) or 0
+            out.update(waited_s=round(time.monotonic() - t0, 2), open_at_signal=left, busy_at_restart=busy)
+            t1 = time.monotonic()
+            grace = min(args.grace, 1.0) if busy else args.grace
+            done = exited(pidfd, grace) if frozen else terminate(pidfd, grace)
+            cut = busy or (0 if done else left)
+            out.update(drained=not cut, stop_hung=not done and not busy)
+            subprocess.run(["systemctl", "stop", args.unit], check=True)
+            out["stop_s"] = round(time.monotonic() - t1, 2)
+            hold.mine, hold.other = 0, 1   # the old server's listener has left the group
+            hold.attach(steer(hold.mine, hold.other))
+            owner = next_owner(args.unit)
+            if args.action == "stop":
+                hold.release("the service stops")
+            elif args.free_port:
+                hold.release("another build: it may not join the drain's listener")
+            elif owner not in (None, hold.uid):
+                hold.release(f"the new unit runs as uid {owner}, not {hold.uid}: it cannot join")
+            if args.free_port:
+                out["port_wait_s"], out["port_states"] = wait_port_free(args.free_port, args.free_port_timeout)
+            if args.action == "restart":
+                if start_unit(args.unit, out):
+                    out["restart_s"] = round(time.monotonic() - t1, 2)
+                    if hold.open:
+                        hold.await_new(args.unit, headers, args.health_timeout, max(args.interval, 0.2))
+                else:
+                    hold.release("the start failed")
+    except BaseException:
+        if doors is not None:
+            doors.reopen()
+        hold.release()   # to the old server where it still runs, else answered 503
+        raise
+    finally:
+        out.update(released_s=round(time.monotonic() - t0, 2), released=hold.outcome,
+                   requests={**hold.finish(), "cut": cut})
+    return report(out)
+
+
+def start_unit(unit: str, out: dict) -> bool:
+    started = time.time() - 1
+    if subprocess.run(["systemctl", "start", unit], check=False).returncode != 0:
+        out["start_failed"] = why_start_failed(unit, started)
+        return False
+    return True
+
+
+def report(out: dict) -> int:
+    print(json.dumps(out))
+    if "start_failed" in out:
+        print(out["start_failed"], file=sys.stderr)  # the deploy's one-line failure quotes this line
+        return 1
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--unit", required=True)
     ap.add_argument("--url", required=True)
-    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds the requests in flight may take to finish before the signal goes anyway")
     ap.add_argument("--interval", type=float, default=0.05)
     ap.add_argument("--api-key-file")
     ap.add_argument("--grace", type=float, default=10,
@@ -464,12 +906,19 @@ def main() -> int:
     ap.add_argument("--free-port", type=int, help="after the stop, wait until no socket uses this port")
     ap.add_argument("--free-port-timeout", type=float, default=75)
     ap.add_argument("--hold", choices=["auto", "filters", "freeze"], default="auto",
-                    help="how new requests are kept from the server between the idle look and the signal: socket "
-                         "filters on its own sockets where they can be attached (auto), else (or freeze) a look "
-                         "at its connections while it is stopped")
+                    help="how new requests are kept from the server: auto, from the first moment by a listener of "
+                         "the drain's own beside the server's (SO_REUSEPORT), else as filters or freeze do; "
+                         "filters, after an idle look by socket filters on its own sockets where they can be "
+                         "attached, else (or freeze) a look at its connections while it is stopped")
+    ap.add_argument("--hold-limit", type=float, default=60,
+                    help="seconds from the drain's start a new request may be held; then (and where it cannot be "
+                         "handed to the new server at all) new requests are answered 503 with Retry-After")
+    ap.add_argument("--retry-after", type=int, default=5, help="the Retry-After of those 503s, in seconds")
+    ap.add_argument("--health-timeout", type=float, default=600,
+                    help="seconds the new server may take to answer /health before the held requests are refused")
     ap.add_argument("--pause-after-look", type=float, default=0,
-                    help="for tests: seconds between the idle look and the hold, said on stderr (a request begun "
-                         "then must still be answered whole)")
+                    help="for tests: seconds between the idle look and the hold (filters, freeze), said on stderr (a "
+                         "request begun then must still be answered whole)")
     args = ap.parse_args()
     headers = auth_headers(args.api_key_file)
     port = urllib.parse.urlsplit(args.url).port or 80
@@ -478,10 +927,20 @@ def main() -> int:
     pidfd = open_pid(pid)   # None: none is running
     t0 = time.monotonic()
     deadline = t0 + args.timeout
+    out: dict = {"began": round(time.time(), 2)}
+    if pidfd is not None:
+        hold, why = Hold.begin(pid, port, args) if args.hold == "auto" else (None, f"--hold {args.hold}")
+        if hold is not None:
+            try:
+                return restart_held(args, hold, pid, pidfd, port, headers, deadline, out)
+            finally:
+                os.close(pidfd)
+        out["no_hold"] = why
+    # the hold after an idle look (a llama-server without --reuse-port, another owner, --hold)
     mine: collections.deque = collections.deque(maxlen=4)   # the local ports of the drain's latest looks
     busy, port_ = look(args.url, headers)
     mine.append(port_)
-    out = {"drained": busy in (0, None), "slots": "unreadable" if busy is None else "read"}
+    out.update(drained=busy in (0, None), slots="unreadable" if busy is None else "read")
     while busy and time.monotonic() < deadline:
         time.sleep(args.interval)
         busy, port_ = look(args.url, headers)
@@ -501,20 +960,18 @@ def main() -> int:
             # first has been taken (two SIGTERMs pending at once count as one)
             terminate(pidfd, min(args.grace, 1.0))
         os.close(pidfd)
+    # held back without a count (SYN retries, unanswered requests); cut: past the deadline, or an answer open at
+    # a signal the process did not exit on
+    hung = out.get("stop_hung") and out.get("open_at_signal", 0)
+    out["requests"] = {"held": None, "refused": None,
+                       "cut": out["busy_at_restart"] if not out["drained"] else hung or 0}
     subprocess.run(["systemctl", "stop", args.unit], check=True)
     out["stop_s"] = round(time.monotonic() - t1 - out.get("held_s", 0), 2)   # from the signal
     if args.free_port:
         out["port_wait_s"], out["port_states"] = wait_port_free(args.free_port, args.free_port_timeout)
-    if args.action == "restart":
-        started = time.time() - 1
-        if subprocess.run(["systemctl", "start", args.unit], check=False).returncode != 0:
-            out["start_failed"] = why_start_failed(args.unit, started)
-            print(json.dumps(out))
-            print(out["start_failed"], file=sys.stderr)  # the deploy's one-line failure quotes this line
-            return 1
+    if args.action == "restart" and start_unit(args.unit, out):
         out["restart_s"] = round(time.monotonic() - t1, 2)
-    print(json.dumps(out))
-    return 0
+    return report(out)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
 """What the host scripts share (standard library only): the API key header they send, how many of llama-server's
-slots are busy in a /slots answer, and the kernel's TCP tables.
+slots are busy in a /slots answer, and the kernel's TCP tables (connections and listening sockets).
 
 It sits beside them here and in the zip the deploy ships (tasks/host_scripts.yml), as does keyfile.py (a link to
 src/specops/keyfile.py: llama-server's own rule for --api-key-file, and the one reader of that file kind)."""
 
 from __future__ import annotations
+
+import socket
+import sys
+from typing import NamedTuple
 
 from keyfile import first_key
 
@@ -22,19 +26,48 @@ def busy_slots(slots: object) -> int | None:
     return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
 
 
-def tcp_rows(pid: int | None = None) -> list[tuple[int, str, int, int]]:
-    """(local port, state, remote port, inode) of the TCP sockets in ``pid``'s network namespace (None: this
-    process's), from the kernel's tables /proc/[PID/]net/tcp{,6}."""
-    rows = []
+def _tcp_table(pid: int | None) -> list[tuple[bool, list[str]]]:
+    """(IPv6?, the fields of one row) of /proc/[PID/]net/tcp{,6}: the TCP sockets in ``pid``'s network namespace
+    (None: this process's)."""
     base = f"/proc/{pid}/net" if pid is not None else "/proc/net"
-    for table in (f"{base}/tcp", f"{base}/tcp6"):
+    rows = []
+    for v6, table in ((False, f"{base}/tcp"), (True, f"{base}/tcp6")):
         try:
             with open(table) as fh:
                 lines = fh.read().splitlines()[1:]
         except OSError:
             continue
-        for line in lines:
-            f = line.split()
-            if len(f) > 9:
-                rows.append((int(f[1].rsplit(":", 1)[1], 16), f[3], int(f[2].rsplit(":", 1)[1], 16), int(f[9])))
+        rows += [(v6, f) for f in (line.split() for line in lines) if len(f) > 9]
     return rows
+
+
+def _port(field: str) -> int:
+    return int(field.rsplit(":", 1)[1], 16)
+
+
+def tcp_rows(pid: int | None = None) -> list[tuple[int, str, int, int]]:
+    """(local port, state, remote port, inode) of the TCP sockets in ``pid``'s network namespace (None: this
+    process's), from the kernel's tables /proc/[PID/]net/tcp{,6}."""
+    return [(_port(f[1]), f[3], _port(f[2]), int(f[9])) for _, f in _tcp_table(pid)]
+
+
+class Listener(NamedTuple):
+    address: str   # as bind() takes it: "127.0.0.1", "::"
+    v6: bool
+    uid: int       # its owner: a socket joins another's SO_REUSEPORT group only with the same
+    inode: int
+    queued: int    # connections in its accept queue
+
+
+def tcp_listeners(port: int, pid: int | None = None) -> list[Listener]:
+    """The listening TCP sockets on ``port`` in ``pid``'s network namespace (None: this process's)."""
+    found = []
+    for v6, f in _tcp_table(pid):
+        if f[3] != "0A" or _port(f[1]) != port:
+            continue
+        raw = bytes.fromhex(f[1].rsplit(":", 1)[0])   # 32-bit words in the host's byte order
+        if sys.byteorder == "little":
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+        address = socket.inet_ntop(socket.AF_INET6 if v6 else socket.AF_INET, raw)
+        found.append(Listener(address, v6, int(f[7]), int(f[9]), int(f[4].split(":")[1], 16)))
+    return found
