@@ -25,7 +25,9 @@ GRAFANA_VARS = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "15s"
 # panels that cannot have data on this host, and why
 NO_DATA_HERE = {"GPU memory (nvidia-smi)": "no GPU (the local Prometheus test covers it with a stub nvidia-smi)",
                 "Series this engine cannot give": "llama-server gives every series: must stay empty (asserted)",
-                "Tuned profile": "the suite's deploy profile sets llama_server_tune: off (test_tune_deploy tunes)"}
+                "Tuned profile": "the suite's deploy profile sets llama_server_tune: off (test_tune_deploy tunes)",
+                "The live check: live prediction and its band": "no tune here either (the local Prometheus test, "
+                "test_monitoring_prometheus, serves a tune record with its band)"}
 MONITORING = ["-e", "specops_exporter_enabled=true", "-e", "specops_monitoring_enabled=true",
               "-e", "monitoring_scrape_interval=2s", "-e", "monitoring_scrape_timeout=2s",
               "-e", "monitoring_evaluation_interval=2s"]
