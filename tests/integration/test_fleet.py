@@ -7,6 +7,11 @@ balancer* the whole time, one streaming its answers, one not:
 3. a bad rollout (a setting that fails its proof): the first host is rolled back to its known-good unit and is
    back in the pool, the other two are untouched, the play fails naming the host and the cause, no request fails;
 and a run with nothing changed drains and restarts nothing.
+4. a fleet tunes once per kind of host (issue 63 item 1; llama_server_tune_share: kind, the controller's store in a
+   directory of the test's own): the rolling deploy tunes the first host, the other two reuse its record (it says so,
+   from which host and why), each host's own speed gate measures its unit, every host serves; then a shared choice
+   that one host's gate finds loses there (a planted record, a gate minimum no profile reaches) makes that host tune
+   for itself in the same deploy, saying why, while the others keep theirs.
 2. (scripts/test-upgrade, which builds a second, older llama.cpp first and sets SPECOPS_LEGACY_ROOT: the fleet
    starts on that build) a rolling upgrade to the pinned build, the units' flags changing dialect on the way
    (--draft-max → --spec-draft-n-max, --spec-type draft-simple): no request fails, every host proven speculating
@@ -34,9 +39,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specops.tune import record
 from specops_lab.labhost import LabHost
 from tests import lab
 from tests.integration.test_deploy import PROFILE, UNIT
+from tests.integration.test_tune_deploy import TUNE
 from tests.lab import Stream
 from tests.labhost_fixture import Lab, _env_flag, bring_up
 
@@ -319,6 +326,143 @@ def test_a_run_with_nothing_changed_drains_and_restarts_nothing(serving, invento
     assert run.rc == 0, run.output[-4000:]
     assert {host.name: main_pid(host) for host in serving} == pids
     assert "Drain this server from the load balancer" not in run.output
+
+
+# -- a fleet tunes once per kind of host (issue 63 item 1)
+
+STATE = "/etc/specops"
+# the lab's short tune (test_tune_deploy: SmolLM2 drafting for itself, lengths 2 and 4, 3 minutes at most), shared by
+# kind, and each host's own speed gate on (warn: it measures and keeps the unit; a minimum every profile reaches, so
+# the gate agrees here whatever the tune chose: its disagreement is the next test's)
+SHARED = {**TUNE, "llama_server_tune_share": "kind", "llama_server_speed_gate": "warn",
+          "llama_server_speed_gate_min_ratio": 0.01}
+
+
+@pytest.fixture(scope="module")
+def tune_profile(tmp_path_factory) -> Path:
+    """The suite's deploy profile without its explicit draft length and its tune: off (an extra var would outrank
+    what the tune chose)."""
+    data = yaml.safe_load(PROFILE.read_text())
+    for name in ("llama_server_draft_n_max", "llama_server_tune"):
+        data.pop(name)
+    path = tmp_path_factory.mktemp("fleet-tune") / "profile.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def share_dir(tmp_path_factory) -> Path:
+    """The controller's store of shared tune records (llama_server_tune_share_dir), the module's own: never the
+    operator's cache, where an earlier run's record of this kind would be reused."""
+    return tmp_path_factory.mktemp("tune-shared")
+
+
+def tune_deploy(inventory: Path, profile: Path, share_dir: Path, extra: dict) -> lab.PlaybookRun:
+    return lab.ansible_playbook("deploy.yml", "-i", "inventory/builder.yml", "-i", str(inventory),
+                                "-e", f"@{profile}", "-e", "llama_server_threads=1",
+                                "-e", "llama_server_draft_threads=1",
+                                "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}",
+                                "-e", json.dumps({**SHARED, "llama_server_tune_share_dir": str(share_dir), **extra}))
+
+
+def host_json(host: Lab, name: str) -> dict:
+    return json.loads(host.run(["cat", f"{STATE}/{name}"]).stdout)
+
+
+def answers(lb: Lab, url: str) -> int:
+    """Tokens of one short completion at ``url``, asked from the load balancer's host (it reaches every server)."""
+    code = ("import json, sys, urllib.request\n"
+            "req = urllib.request.Request(sys.argv[1], data=json.dumps({'prompt': 'Hello', 'n_predict': 8}).encode(),"
+            " headers={'Content-Type': 'application/json', 'Authorization': 'Bearer ' + sys.argv[2]})\n"
+            "print(json.loads(urllib.request.urlopen(req, timeout=120).read()).get('tokens_predicted', 0))")
+    return int(lb.run(["python3", "-c", code, url, KEY]).stdout.strip() or 0)
+
+
+def all_served(fleet: list[Lab]) -> None:
+    """Every host active, back in the pool, answering on its own address and through the load balancer."""
+    lb = fleet[0]
+    lb.wait_for(lambda: set(pool(lb).values()) == {"UP"}, timeout=60, what="every server UP in HAProxy")
+    for host in fleet:
+        assert host.run(["systemctl", "is-active", UNIT]).stdout.strip() == "active", host.name
+        assert answers(lb, f"http://{host.ip}:8080/completion") > 0, host.name
+    assert answers(lb, URL) > 0
+
+
+def test_a_fleet_of_one_kind_tunes_once_and_every_host_serves(serving, inventory, tune_profile, share_dir):
+    """The rolling deploy (serial 1) tunes the first host; its fresh record is kept on the controller under its kind
+    key, naming the host; the other hosts, of the same kind (the same build, model files, CPU, settings; their model
+    files written at other times), reuse it: their tune.json says it was shared, from which host and why, under their
+    own key; each host's own speed gate measured its unit; every host serves."""
+    first, rest = serving[0], serving[1:]
+    for host in serving:  # nothing of an earlier run: every host's gate measures, none has a result of its own
+        host.run(["rm", "-f", f"{STATE}/tune.json", f"{STATE}/tune-shared.json", f"{STATE}/speed-gate.json"])
+    t0 = time.monotonic()
+    run = tune_deploy(inventory, tune_profile, share_dir, {})
+    seconds = time.monotonic() - t0
+    assert run.rc == 0, run.output[-6000:]
+    kept = sorted(share_dir.glob("*.json"))
+    assert len(kept) == 1, kept  # one kind, one record
+    shared = json.loads(kept[0].read_text())
+    own = host_json(first, "tune.json")
+    assert shared["tuned_on"] == first.name and kept[0].stem == shared["kind"]["key"] == own["kind"]["key"]
+    assert "shared" not in own and own["when"] == shared["when"] and own["chosen"] == shared["chosen"]
+    # one tune: the others reused its record, said so, and kept it under their own facts
+    assert run.text.count(f"tuned on {first.name} and shared with this host: the same kind {own['kind']['key']}") \
+        == len(rest), run.text[-6000:]
+    assert run.text.count("reused: the result of") == len(rest), run.text[-6000:]
+    for host in rest:
+        res = host_json(host, "tune.json")
+        assert res["shared"]["from"] == first.name and res["shared"]["kind"] == own["kind"]["key"], res.get("shared")
+        assert res["when"] == own["when"] and res["chosen"] == own["chosen"] and res["kind"] == own["kind"]
+        assert res["key"] == record.key(res["facts"]), host.name  # this host's own key: --reuse keeps it here
+    # each host's own speed gate measured its unit, the shared record's hosts included
+    for host in serving:
+        gate = host_json(host, "speed-gate.json")
+        assert gate["verdict"] in ("pays", "loses", "unproven"), (host.name, gate.get("verdict"))
+        assert gate["tune"]["reused"] is (host is not first), host.name
+        assert (gate["tune"]["shared"] or {}).get("from") == (None if host is first else first.name), host.name
+    all_served(serving)
+    line = (f"| rolling deploy of {len(serving)} hosts of one kind, tune shared | {seconds:.0f} s | tuned once, on "
+            f"{first.name} ({own['elapsed_s']:.0f} s of its {own['budget_s'] / 60:g} min): {own['chosen']}; reused on "
+            f"{', '.join(h.name for h in rest)} | every host's gate measured |")
+    ROWS.append(line)
+    print("\nFLEET " + line)
+
+
+def test_a_host_whose_gate_disagrees_with_the_shared_choice_tunes_for_itself(serving, inventory, tune_profile,
+                                                                             share_dir):
+    """The kind's record on the controller is made to choose draft length 4, measured 1.30× (planted: a length that
+    pays cannot be produced on this CPU), and the second host loses its own result: it takes the shared record, its
+    speed gate (its record gone, and a minimum of 100× nothing reaches) finds the choice loses there, and the deploy
+    says so in one line and tunes that host for itself: its own result, not shared further (the controller's record
+    is left as it was), its own choice rendered, proven and judged. The first and third hosts keep their results and
+    their units (the third's, shared earlier from the same tune, is that record already)."""
+    first, second, third = serving
+    kept = next(share_dir.glob("*.json"))
+    planted = json.loads(kept.read_text())
+    planted |= {"chosen": "exact-n4", "vars": {"llama_server_spec_type": "draft-simple", "llama_server_draft_n_max": 4}}
+    for c in planted["candidates"]:
+        if c["name"] == "exact-n4":
+            c["measured"] = "1.30× [1.20, 1.40]"
+    kept.write_text(json.dumps(planted))
+    second.run(["rm", "-f", f"{STATE}/tune.json", f"{STATE}/speed-gate.json"])  # its gate measures what it takes
+    others = {host.name: (unit_text(host), host_json(host, "tune.json")["when"]) for host in (first, third)}
+    run = tune_deploy(inventory, tune_profile, share_dir, {"llama_server_speed_gate_min_ratio": 100})
+    assert run.rc == 0, run.output[-6000:]
+    assert f"tune: exact-n4, tuned on {first.name} and shared with the hosts of kind {planted['kind']['key']}, " \
+           "loses here (" in run.text, run.text[-6000:]
+    assert "the speed gate of this host disagrees, so it tunes for itself now (no shared record)" in run.text
+    assert run.text.count("Tune for itself - why") == 1, run.text[-6000:]
+    res = host_json(second, "tune.json")
+    assert "shared" not in res and res["when"] != planted["when"], res.get("shared")  # tuned here, now
+    assert json.loads(kept.read_text()) == planted  # a host tuning for itself keeps its result to itself
+    gate = host_json(second, "speed-gate.json")
+    assert gate["tune"]["shared"] is None and gate["tune"]["reused"] is False and gate["tune"]["when"] == res["when"]
+    # their own results stood: the same results, the same units
+    assert {host.name: (unit_text(host), host_json(host, "tune.json")["when"]) for host in (first, third)} == others
+    all_served(serving)
+    print(f"\nFLEET-DISAGREE | {second.name}: the shared exact-n4 lost its gate; tuned for itself: {res['chosen']} "
+          f"in {res['elapsed_s']:.0f} s")
 
 
 def test_fleet_table(serving):

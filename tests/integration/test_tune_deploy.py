@@ -41,9 +41,11 @@ from tests.integration.test_deploy import PROFILE, UNIT, main_pid
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
 STATE = "/etc/specops"
+# one host, tuned for itself: no record shared through the controller (a record of this kind kept there by an earlier
+# run would be reused instead of tuning; the fleet's sharing: test_fleet.py)
 TUNE = {"llama_server_tune": "auto", "llama_server_spec_type": "draft-simple", "llama_server_tune_lengths": [2, 4],
         "llama_server_tune_budget": 3, "llama_server_tune_max_tokens": 24, "llama_server_tune_probe_tokens": 24,
-        "llama_server_tune_limit_per_workload": 2, "llama_server_speed_gate": "off"}
+        "llama_server_tune_limit_per_workload": 2, "llama_server_speed_gate": "off", "llama_server_tune_share": "off"}
 
 
 @pytest.fixture(scope="module")

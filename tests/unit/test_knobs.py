@@ -112,7 +112,7 @@ def test_the_scan_finds_a_flag_in_code_but_not_in_docstrings_or_own_options() ->
 OTHER_PROGRAMS = {
     "src/specops/commands/bench.py": (("--draft",), ("playbooks/bench.yml",)),
     "src/specops/commands/tune.py": (("--draft", "--ctx-size", "--threads", "--parallel", "--api-key-file"),
-                                     ("roles/llama_server/tasks/tune_run.yml",)),
+                                     ("roles/llama_server/tasks/tune.yml",)),
     "src/specops/commands/exporter.py": (("--timeout", "--api-key-file"),
                                          ("roles/exporter/templates/specops-exporter.service.j2",)),
     "src/specops/commands/fetch_model.py": (("--models-dir",), ("roles/models/tasks/fetch.yml",)),
@@ -191,7 +191,7 @@ def test_the_yaml_scan_finds_a_flag_in_what_runs_but_not_in_prose() -> None:
     assert yaml_spelled_flags(template, "roles/x/templates/y.j2", forbidden()) == [
         "roles/x/templates/y.j2:4: --draft-max"]
     tune = "- x: \"{{ ['--ctx-size', 1] }}\"\n"  # specops tune's own option there, llama-server's anywhere else
-    assert yaml_spelled_flags(tune, "roles/llama_server/tasks/tune_run.yml", forbidden()) == []
+    assert yaml_spelled_flags(tune, "roles/llama_server/tasks/tune.yml", forbidden()) == []
     assert yaml_spelled_flags(tune, "roles/llama_server/tasks/argv.yml", forbidden()) == [
         "roles/llama_server/tasks/argv.yml:1: --ctx-size"]
 

@@ -121,6 +121,21 @@ def _rest_args(p: argparse.ArgumentParser) -> None:
                    help="an earlier result: when the build, the models, the device and the settings that matter are "
                         "the same as its own, print it and measure nothing (the deploy's auto-tune); else tune and "
                         "say what changed")
+    p.add_argument("--shared", type=Path, metavar="FILE",
+                   help="another host's result (the deploy's llama_server_tune_share: kind): where --reuse has none "
+                        "that stands (or one shared earlier, and this is another tune), it is used when it is of this "
+                        "host's kind (the build, the models' size and sha256, the device, --parallel and the settings "
+                        "the same), kept in --out saying from which host and why; else refused in one line")
+    p.add_argument("--own-only", action="store_true",
+                   help="with --reuse: a result shared from another host does not stand (the deploy's "
+                        "llama_server_tune_share: off): tune here")
+    p.add_argument("--target-sha256", type=record.sha256_arg, metavar="HEX",
+                   help="the target's sha256 (the models role's verified one), for the kind; default: hashed here")
+    p.add_argument("--draft-sha256", type=record.sha256_arg, metavar="HEX",
+                   help="the draft model's sha256, for the kind; default: hashed here")
+    p.add_argument("--kind-only", action="store_true",
+                   help="print this host's kind as JSON ({kind: key, reuse: whether --reuse's result stands and was "
+                        "tuned here}) and exit: nothing is measured or written")
     p.add_argument("--parallel", type=record.parallel_arg, default=1, metavar="N",
                    help="the service's slots (llama_server_parallel): part of what --reuse compares, so another N "
                         "tunes again; with N > 1 the one-stream choice (or the best measured) is measured again with "
@@ -148,18 +163,44 @@ def table(result: dict[str, Any]) -> str:
 
 def _reused(s: Setup, args: argparse.Namespace) -> bool:
     """--reuse: the earlier result stands when nothing it depends on moved (printed, written to --out); else what
-    moved is said and the tune runs (:func:`specops.tune.pipeline.reusable`)."""
-    old = pipeline.reusable(s, args)
+    moved is said (:func:`specops.tune.pipeline.reusable`), and --shared: another host's result of this host's kind
+    stands instead (:func:`specops.tune.pipeline.shared`, kept in --out; also over a result shared earlier, where
+    this one is another host's newer tune); else the tune runs."""
+    old = pipeline.reusable(s, args) if args.reuse else None
+    adopted = False
+    if (old is None or old.get("shared")) and getattr(args, "shared", None):
+        theirs = pipeline.shared(s, args, old)
+        old, adopted = (theirs, True) if theirs is not None else (old, False)
     if old is None:
         return False
-    if args.out and args.out.resolve() != args.reuse.resolve():
-        args.out.write_text(json.dumps(old, indent=1, default=str))
+    if args.out and (adopted or not args.reuse or args.out.resolve() != args.reuse.resolve()):
+        leash.write_whole(args.out, json.dumps(old, indent=1, default=str))
     print(table(old))
-    print(f"\nchosen: {old['chosen']} — {old.get('reason', '')}\nreused: the result of {old.get('when', '?')} "
-          f"(the build, the models, the device and the settings are the same)")
+    share = old.get("shared") or {}
+    if adopted:
+        how = f"tuned on {share['from']} and shared with this host: {share['why']}; the speed gate here still judges it"
+    else:
+        how = ("the build, the models, the device and the settings are the same"
+               + (f"; tuned on {share.get('from')} and shared" if share else ""))
+    print(f"\nchosen: {old['chosen']} — {old.get('reason', '')}\nreused: the result of {old.get('when', '?')} ({how})")
     print(f"variables: {json.dumps(old.get('vars') or {})}")
-    s.meter.done(f"reused the result of {old.get('when', '?')}: {old['chosen']}")
+    from_ = f" (shared from {share.get('from')})" if share else ""
+    s.meter.done(f"reused the result of {old.get('when', '?')}{from_}: {old['chosen']}")
     return True
+
+
+def _kind_only(args: argparse.Namespace) -> int:
+    """--kind-only: this host's kind key and whether --reuse's result stands, tuned here, as JSON (the deploy sends a
+    shared record of that kind only where it does not); a setting the tune would refuse: no kind, why."""
+    try:
+        s = prepare.prepare(args)
+        own = pipeline.reusable(s, args) if args.reuse else None
+        # a result shared earlier stands only until its kind's record is newer: the deploy sends that one along
+        out = {"kind": record.kind(s.facts, args)["key"], "reuse": own is not None and not own.get("shared")}
+    except TuneError as exc:
+        out = {"kind": None, "reuse": False, "why": str(exc)}
+    print(json.dumps(out))
+    return 0
 
 
 def _print(result: dict[str, Any], s: Setup, args: argparse.Namespace) -> None:
@@ -191,6 +232,8 @@ def _print(result: dict[str, Any], s: Setup, args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """The tune on its leash (specops.tune.leash): a tune whose deploy is gone stops, says why in one line and exits
     leash.STOPPED, --out untouched."""
+    if args.kind_only:
+        return _kind_only(args)
     meter = progress.ProgressFile(args.progress_file, leash.Leash.of(args))
     try:
         with meter.leash:
@@ -206,7 +249,7 @@ def _run(args: argparse.Namespace, meter: progress.ProgressFile) -> int:
     try:
         s = prepare.prepare(args)
         s.meter = meter
-        if args.reuse and _reused(s, args):
+        if (args.reuse or args.shared) and _reused(s, args):
             return 0
         result, unproven = pipeline.watched(s, args)
     except TuneError as exc:

@@ -26,6 +26,11 @@ def tune_summary(result: Any, applied: dict[str, Any], reused: Any) -> dict[str,
                                          str(applied.get("message"))), bool(reused))
 
 
+def tune_disputed(gate: Any, summary: Any) -> str:
+    """``gate``: the speed gate's verdict (specops_speed_gate); ``summary``: specops_tune_summary's, or none."""
+    return deploy.disputed(dict(gate or {}), dict(summary) if summary else None)
+
+
 def tune_input_problems(paths: Any, shares: Any, ctx_size: Any, max_tokens: Any, parallel: Any = 1) -> list[str]:
     return inputs.problems(list(paths or []), dict(shares or {}), int(ctx_size or 0), int(max_tokens),
                            int(parallel or 1))
@@ -48,6 +53,7 @@ FILTERS = {
     "specops_tune_scope": tune_scope,
     "specops_tune_apply": tune_apply,
     "specops_tune_summary": tune_summary,
+    "specops_tune_disputed": tune_disputed,
     "specops_tune_input_problems": tune_input_problems,
     "specops_tune_mix_arg": tune_mix_arg,
     "specops_tune_task_source": tune_task_source,

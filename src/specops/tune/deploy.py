@@ -6,6 +6,10 @@ kind: the draft model or an n-gram type or llama.cpp's ``default``) and ``llama_
 draft length). With both set the tune does not run; with one set it chooses the other around it. Plain decoding as
 its answer, with the kind left open, is what the unit serves (``llama_server_spec_type: none``): the deploy restarts
 once into it, and the speed gate judges only a speculative profile (the tune's choice, or a kind the inventory set).
+
+A record tuned on another host of this host's kind (``llama_server_tune_share: kind``, :func:`specops.tune.record.kind`)
+is applied like the host's own, and this host's speed gate still judges its choice: where the gate finds a shared
+speculative choice loses or cannot prove it (:func:`disputed`), the host tunes for itself.
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ def apply(result: Mapping[str, Any], spec_type: object, draft_n_max: object) -> 
     chosen = str(result.get("chosen") or "")
     if not chosen:
         raise ValueError("the tune's record names no choice")
-    head = f"tune ({result.get('when', '?')}{minutes(result)}): "
+    head = f"tune ({result.get('when', '?')}{minutes(result)}{shared_from(result)}): "
     if chosen == PLAIN:
         pays = (f"no candidate pays here ({result.get('reason', '')})" if result.get("settled", True) is not False
                 else f"the tune is undecided ({result.get('reason', '')}), so plain decoding until a longer tune "
@@ -118,6 +122,29 @@ def apply(result: Mapping[str, Any], spec_type: object, draft_n_max: object) -> 
     if kept:
         text += "; explicit settings win: " + ", ".join(f"{k}={v} kept" for k, v in kept.items())
     return Applied(out, kept, text)
+
+
+def shared_from(result: Mapping[str, Any]) -> str:
+    """``, tuned on HOST and shared``: the record was another host's of this host's kind ('' for its own)."""
+    share = result.get("shared") or {}
+    return f", tuned on {share.get('from', 'another host')} and shared" if share else ""
+
+
+def disputed(gate: Mapping[str, Any], summary: Mapping[str, Any] | None) -> str:
+    """The one line the deploy says when this host's speed gate disagrees with a speculative choice taken from
+    another host's record (``summary``: :func:`summary`'s, with ``shared``): the gate finds it loses, or cannot
+    prove it here; the host then tunes for itself. '' otherwise (its own record, plain decoding, a verdict that
+    pays)."""
+    share = dict((summary or {}).get("shared") or {})
+    chosen, verdict = str((summary or {}).get("chosen") or ""), str(gate.get("verdict") or "")
+    if not share or chosen in ("", PLAIN) or verdict not in ("loses", "unproven"):
+        return ""
+    what = (f"loses here ({gate['ratio']:.2f}× plain decoding)" if verdict == "loses" and gate.get("ratio") is not None
+            else "loses here" if verdict == "loses"
+            else f"is unproven here ({gate.get('unproven_because') or 'no verdict'})")
+    return (f"tune: {chosen}, tuned on {share.get('from', 'another host')} and shared with the hosts of kind "
+            f"{share.get('kind', '?')}, {what}: the speed gate of this host disagrees, so it tunes for itself now (no "
+            "shared record)")
 
 
 def minutes(result: Mapping[str, Any]) -> str:
@@ -164,6 +191,7 @@ def summary(result: Mapping[str, Any], applied: Applied, reused: bool) -> dict[s
         "runner_up": runner, "runner_up_measured": (rows.get(runner) or {}).get("measured") if runner else None,
         "best_measured": result.get("best_measured"),
         "applied": applied.vars, "kept": applied.kept, "reused": reused,
+        "shared": result.get("shared"),  # another host's record of this host's kind: from where, why (None: own)
         "when": result.get("when"), "key": result.get("key"), "build": result.get("build"),
         "models": result.get("models"), "device": (result.get("facts") or {}).get("device"),
         "open": list(result.get("open") or []), "concurrency": result.get("concurrency"),

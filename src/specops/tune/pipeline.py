@@ -10,7 +10,8 @@
 8. :mod:`~specops.tune.result`: the record, and its model for the live check
 
 :func:`watched` runs it beside a live service (:mod:`~specops.tune.quiet`), :func:`reusable` says when an earlier
-record stands instead, :func:`keep` writes the record; all on the leash (:mod:`~specops.tune.leash`).
+record stands instead, :func:`shared` when another host's record of this host's kind does, :func:`keep` writes the
+record; all on the leash (:mod:`~specops.tune.leash`).
 ``specops tune`` (:mod:`specops.commands.tune`) is the command line around them.
 """
 
@@ -80,9 +81,15 @@ def watched(s: Setup, args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
 
 def reusable(s: Setup, args: argparse.Namespace) -> dict[str, Any] | None:
     """--reuse: the earlier result, where nothing it depends on moved; else None, what moved said (and kept in
-    ``s.retuned``) and the tune runs."""
+    ``s.retuned``) and the tune runs. With --own-only, a result shared from another host (--shared) does not
+    stand either."""
     old = record.previous(args.reuse)
     if old is None:
+        return None
+    if getattr(args, "own_only", False) and old.get("shared"):
+        s.progress.note(f"tune: the result of {old.get('when', '?')} was tuned on {old['shared'].get('from')} and "
+                        "shared (--own-only): tuning here")
+        s.retuned = ["it was shared from another host"]
         return None
     moved = record.changed(old.get("facts") or {}, s.facts)
     if old["key"] == record.key(s.facts) and not moved:
@@ -91,6 +98,27 @@ def reusable(s: Setup, args: argparse.Namespace) -> dict[str, Any] | None:
                     "tuning again")
     s.retuned = moved or ["the key"]
     return None
+
+
+def shared(s: Setup, args: argparse.Namespace, current: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """--shared: another host's record, adopted as this host's own (:func:`specops.tune.record.adopt`) where it is of
+    this host's kind, computed here the same way (:func:`specops.tune.record.kind`); else None, why said in one line.
+    ``current``: the host's own result that stands, itself shared earlier: replaced by a newer record of its kind (a
+    host that tuned the kind again), kept where the record is the one it holds already or is refused."""
+    then = "tuning here" if current is None else f"keeping the result of {current.get('when', '?')}"
+    theirs = record.previous(args.shared)
+    if theirs is None:
+        print(f"shared: no tune record at {args.shared}: {then}", flush=True)
+        return None
+    if current is not None and record.same_source(current, theirs):
+        return None
+    mine = record.kind(s.facts, args)
+    why = record.refusal(theirs, mine)
+    if why:
+        print(f"shared: the record at {args.shared} (tuned on {theirs.get('tuned_on') or 'another host'}) is not "
+              f"used: {why}; {then}", flush=True)
+        return None
+    return record.adopt(theirs, s.facts, mine, args.shared)
 
 
 def keep(s: Setup, args: argparse.Namespace, text: str, unproven: str) -> None:

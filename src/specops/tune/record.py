@@ -1,6 +1,10 @@
 """What a tune's result depends on, as one key: the build, the models, the device, the service's slots
 (``--parallel``) and the settings that change what is measured. The deploy keeps the host's last result and tunes
-again only when the key moves (``specops tune --reuse``), saying what moved."""
+again only when the key moves (``specops tune --reuse``), saying what moved.
+
+The same facts with each model by its content (size and sha256) instead of its path and mtime are the host's *kind*
+(:func:`kind`): a record tuned on one host serves every host of the same kind (``specops tune --shared``,
+:func:`refusal`, :func:`adopt`; the deploy's llama_server_tune_share)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +33,29 @@ def file_fact(path: Path | None) -> dict[str, Any] | None:
         return None
     st = Path(path).stat()
     return {"path": str(Path(path).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def sha256_arg(text: str) -> str:
+    """``--target-sha256`` / ``--draft-sha256``: a model's sha256, 64 hex digits."""
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", text.strip()):
+        raise argparse.ArgumentTypeError(f"must be a sha256 (64 hex digits), got {text!r}")
+    return text.strip().lower()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def content_fact(path: Path | None, sha256: str | None = None) -> dict[str, Any] | None:
+    """A model file as the kind sees it: its content (size and sha256: the models role's verified one when given,
+    else hashed here), wherever it lies and whenever it was written."""
+    if path is None:
+        return None
+    return {"size": Path(path).stat().st_size, "sha256": sha256 or file_sha256(Path(path))}
 
 
 def cpu_name() -> str:
@@ -104,6 +132,47 @@ def changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     was, now = old.get("settings") or {}, new.get("settings") or {}
     out += [f"setting {k}" for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
     return out
+
+
+SHARED_WHY = "the build, the content of the models (size and sha256), the device, N and the settings are the same"
+
+
+def kind(found: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The host's kind: ``found`` (:func:`facts`) with each model by its content (:func:`content_fact`, from
+    ``--target-sha256`` / ``--draft-sha256`` when given) -> {key, facts}. Two hosts with the same build, the same
+    model files, the same device, N and settings are of one kind, whatever the models' paths and mtimes."""
+    out = {**found, "target": content_fact(args.target, getattr(args, "target_sha256", None)),
+           "draft": content_fact(args.draft, getattr(args, "draft_sha256", None))}
+    return {"key": key(out), "facts": out}
+
+
+def refusal(theirs: Mapping[str, Any], mine: Mapping[str, Any]) -> str:
+    """Why another host's record (``theirs``) does not serve this host's kind (``mine``: :func:`kind`), in a few
+    words; '' when it does."""
+    was = theirs.get("kind") or {}
+    if not was.get("key"):
+        return "it has no kind key (tuned before records were shared)"
+    if was["key"] == mine["key"]:
+        return ""
+    moved = changed(was.get("facts") or {}, mine["facts"])
+    return f"it is of another kind ({', '.join(moved) or 'its key'} differ{'s' if len(moved) == 1 else ''})"
+
+
+def same_source(current: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
+    """``current`` (a host's result) is ``theirs`` adopted already: tuned on the same host at the same time."""
+    share = current.get("shared") or {}
+    return bool(share) and share.get("from") == str(theirs.get("tuned_on") or "another host") \
+        and share.get("when") == theirs.get("when")
+
+
+def adopt(theirs: Mapping[str, Any], found: Mapping[str, Any], mine: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """Another host's record of this host's kind as this host's own: its choice and figures, this host's facts and
+    key (so that ``--reuse`` keeps it until something here moves) and ``shared``: from which host, when it was tuned
+    there, and why it applies here."""
+    source = str(theirs.get("tuned_on") or "another host")  # the deploy names the host it keeps a record from
+    return {**theirs, "facts": dict(found), "key": key(found), "kind": dict(mine), "retuned_because": [],
+            "shared": {"from": source, "when": theirs.get("when"), "kind": mine["key"], "record": str(path),
+                       "why": f"the same kind {mine['key']}: {SHARED_WHY}"}}
 
 
 def previous(path: Path | None) -> dict[str, Any] | None:

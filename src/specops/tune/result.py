@@ -93,6 +93,7 @@ def result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: li
         "concurrency": "one stream: the figures are for one request at a time (one server slot); the service runs "
                        f"{args.parallel} slot(s)",
         "work_dir": str(s.work), "facts": s.facts, "key": record.key(s.facts),
+        "kind": record.kind(s.facts, args),  # what another host must share to reuse this record (--shared)
         "retuned_because": s.retuned,
     }
 
