@@ -43,7 +43,7 @@ from specops.tune import record
 from specops_lab.labhost import LabHost
 from tests import lab
 from tests.integration.test_deploy import PROFILE, UNIT
-from tests.integration.test_tune_deploy import TUNE
+from tests.integration.test_tune_deploy import TUNE, untuned_profile
 from tests.lab import Stream
 from tests.labhost_fixture import Lab, _env_flag, bring_up
 
@@ -340,14 +340,7 @@ SHARED = {**TUNE, "llama_server_tune_share": "kind", "llama_server_speed_gate": 
 
 @pytest.fixture(scope="module")
 def tune_profile(tmp_path_factory) -> Path:
-    """The suite's deploy profile without its explicit draft length and its tune: off (an extra var would outrank
-    what the tune chose)."""
-    data = yaml.safe_load(PROFILE.read_text())
-    for name in ("llama_server_draft_n_max", "llama_server_tune"):
-        data.pop(name)
-    path = tmp_path_factory.mktemp("fleet-tune") / "profile.yml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return untuned_profile(tmp_path_factory.mktemp("fleet-tune"))
 
 
 @pytest.fixture(scope="module")

@@ -48,16 +48,20 @@ TUNE = {"llama_server_tune": "auto", "llama_server_spec_type": "draft-simple", "
         "llama_server_tune_limit_per_workload": 2, "llama_server_speed_gate": "off", "llama_server_tune_share": "off"}
 
 
-@pytest.fixture(scope="module")
-def profile(tmp_path_factory) -> Path:
+def untuned_profile(where: Path) -> Path:
     """The suite's deploy profile without its explicit draft length and its tune: off (an extra var would outrank
-    whatever the tune chose, so the open settings must not be given at all)."""
+    whatever the tune chose, so the open settings must not be given at all), written in ``where``."""
     data = yaml.safe_load(PROFILE.read_text())
     for name in ("llama_server_draft_n_max", "llama_server_tune"):
         data.pop(name)
-    path = tmp_path_factory.mktemp("tune-profile") / "profile.yml"
+    path = where / "profile.yml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory) -> Path:
+    return untuned_profile(tmp_path_factory.mktemp("tune-profile"))
 
 
 def deploy(labhost, profile: Path, extra: dict) -> lab.PlaybookRun:
