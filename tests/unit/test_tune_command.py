@@ -1,5 +1,5 @@
-"""specops tune's inputs and outputs that need no server: candidates, refusals in one line, the variables a
-choice deploys, the table."""
+"""specops tune's inputs and outputs that need no server (the candidates: test_kinds.py): refusals in one line, the
+variables a choice deploys, the table."""
 
 from __future__ import annotations
 
@@ -10,37 +10,11 @@ import pytest
 
 from specops.cli import main
 from specops.commands.tune import table
-from specops.tune import probes
 from specops.tune.result import profile_vars
 
 pytestmark = pytest.mark.fast
 
 TYPES = ["none", "draft-simple", "draft-mtp", "ngram-simple", "ngram-mod", "ngram-cache"]
-
-
-def test_candidates_follow_the_build_and_the_models():
-    assert probes.candidates([16, 2, 8], True, TYPES, None) == [
-        "exact-n2", "exact-n8", "exact-n16", "exact-ngram-mod", "exact-ngram-simple", "exact-ngram-cache",
-        "exact-spec-default"]
-    assert probes.candidates([2, 4], False, TYPES, ["ngram-mod"], with_default=False) == ["exact-ngram-mod"]
-    assert probes.candidates([2], False, TYPES, [], with_default=False) == []
-
-
-def test_llama_cpps_default_is_measured_once_where_it_is_a_known_ngram_type():
-    """At 0c1e57098 --spec-default is ngram-mod with ngram-mod's own defaults (common/arg.cpp, common/common.h): one
-    server, probed and measured once under exact-ngram-mod."""
-    pinned = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
-    got = probes.candidates([2], False, TYPES, None, commit=pinned)
-    assert "exact-spec-default" not in got and got.count("exact-ngram-mod") == 1
-    assert probes.candidates([2], False, TYPES, [], commit=pinned) == ["exact-ngram-mod"]
-    assert probes.candidates([2], False, TYPES, [], commit="4227c9be4") == ["exact-spec-default"]
-
-
-def test_every_ngram_type_has_a_place_in_the_probe_order():
-    from specops.knobs import NGRAM_TYPES
-
-    assert sorted(probes.NGRAM_ORDER) == sorted(NGRAM_TYPES)
-
 
 def test_the_variables_a_choice_deploys():
     assert profile_vars("plain") == {"llama_server_spec_type": "none"}
@@ -110,22 +84,22 @@ def test_a_ceiling_slower_than_the_server_itself_is_named():
                             p["per_pos"])
              for n, p in json.loads((fixtures / "probes-qwen2.5-14b.json").read_text())["probes"].items()}
     lengths = [2, 4, 8, 12, 16]
-    s = SimpleNamespace(lengths=lengths, names=[f"exact-n{k}" for k in lengths], open=[])
+    s = SimpleNamespace(lengths=lengths, names=[f"exact-n{k}" for k in lengths], open=[], ngram_probes=True)
     costs = StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft")
-    over, preds = _predict(s, costs, found, True)
+    over, preds = _predict(s, costs, found)
     assert len(s.open) == 1 and "slower than the plain server's whole time per token" in s.open[0], s.open
     assert "14.1 ms" in s.open[0] and "7.2 ms" in s.open[0]
     assert over.per_round == over.per_drafted == 0.0 and len(preds) == 5
     for k, v in ceiling["target"]["fa=on,ctv=q8_0"]["batch_s"].items():
         ceiling["target"]["fa=on,ctv=q8_0"]["batch_s"][k] = v * 0.45  # a step of 6.3 ms: the server's is 7.2
-    s2 = SimpleNamespace(lengths=lengths, names=s.names, open=[])
-    _predict(s2, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), found, True)
+    s2 = SimpleNamespace(lengths=lengths, names=s.names, open=[], ngram_probes=True)
+    _predict(s2, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), found)
     assert s2.open == []
     # no draft-model probe (the ceiling ruled the draft out on a CPU): the round terms cannot be fitted, and the
     # record says which terms the n-gram predictions lack
     plain_only = {n: r for n, r in found.items() if n == "exact-baseline"}
-    s3 = SimpleNamespace(lengths=lengths, names=["exact-baseline"], open=[])
-    _predict(s3, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), plain_only, False)
+    s3 = SimpleNamespace(lengths=lengths, names=[], open=[], ngram_probes=True)
+    _predict(s3, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), plain_only)
     assert len(s3.open) == 1 and "missing from the predictions: per round, per drafted token" in s3.open[0]
 
 

@@ -44,19 +44,19 @@ def test_an_explicit_length_is_the_only_length_and_the_kind_stays_open():
 
 def test_an_explicit_draft_simple_tunes_lengths_only():
     s = deploy.scope("auto", "draft-simple", None, True, LENGTHS)
-    assert s.run and s.args == ("--lengths", "2,4,8,12,16", "--ngram", "", "--no-default")
+    assert s.run and s.args == ("--lengths", "2,4,8,12,16", "--kinds", "draft")
     assert "n-gram" not in s.why
 
 
 def test_no_draft_model_tunes_the_kinds_without_one():
-    s = deploy.scope("auto", "auto", None, False, LENGTHS)
-    assert s.run and not s.draft and s.args == ()
+    s = deploy.scope("auto", "auto", None, False, LENGTHS)  # the lengths: for the target's MTP head, where it has one
+    assert s.run and not s.draft and s.args == ("--lengths", "2,4,8,12,16")
 
 
 @pytest.mark.parametrize(("spec_type", "n_max", "words"), [
     ("draft-simple", 4, "explicit settings win: llama_server_spec_type=draft-simple and llama_server_draft_n_max=4"),
     ("ngram-mod", None, "explicit settings win: llama_server_spec_type=ngram-mod is set"),
-    ("draft-mtp", None, "explicit settings win: llama_server_spec_type=draft-mtp is set"),
+    ("draft-mtp", 3, "explicit settings win: llama_server_spec_type=draft-mtp and llama_server_draft_n_max=3"),
 ])
 def test_explicit_settings_win(spec_type, n_max, words):
     s = deploy.scope("auto", spec_type, n_max, True, LENGTHS)

@@ -17,6 +17,8 @@ Names are also a small grammar so users can ask for arms not in the standard lis
 ``ngram-simple-m<M>``     ngram-simple / ngram-map-k with an M-token draft (default 48)
 ``exact-ngram-…``         any of the two above with the exact profile's numerics
 ``exact-<type>``          an n-gram type or ``spec-default`` (no draft model) with the exact profile's numerics
+``exact-eagle3-n<K>``     an EAGLE-3 draft (the draft model given, architecture eagle3) drafting K tokens
+                          (and any other candidate kind of :mod:`specops.kinds` the grammar here does not spell)
 ``mtp-n<K>``              the target's own MTP head drafts (``draft-mtp``, no draft model), draft n-max K; the
                           target's GGUF must carry ``<arch>.nextn_predict_layers``; ``exact-mtp-n<K>`` with the exact
                           profile's numerics
@@ -28,12 +30,13 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specops import kinds
 from specops.knobs import LEGACY, knob, spell
 from specops.profile import NGRAM_TYPES
 
 BASELINE = "baseline"
 AA = "baseline-again"
-EXACT_CACHE = {"flash_attn": "on", "cache_type_v": "q8_0"}
+EXACT_CACHE = kinds.EXACT_NUMERICS
 NO_TILED_ENV = {"GGML_CPU_TILED_MM": "0"}
 # which plain decoding every ratio is taken against: the unit's (spec_type none with the service role's numerics,
 # the default) or llama.cpp's defaults (the bench's older baseline; never a decision's denominator in the tune)
@@ -137,24 +140,7 @@ def parse_arm(name: str) -> Arm:
         return _mtp_arm(name, m)
     m = _NGRAM.match(name)
     if m:
-        exact = bool(m.group(1) or m.group(4))
-        if m.group(2):
-            k = int(m.group(3))
-            prof = {"spec_type": "ngram-mod", "draft_n_max": k, "draft_n_min": 1}
-            desc = f"n-gram speculation ngram-mod, at most {k} tokens per draft (n-min 1)"
-        else:
-            k = int(m.group(6))
-            prof = {"spec_type": m.group(5), "ngram_size_m": k}
-            desc = f"n-gram speculation {m.group(5)}, draft m-gram of {k} tokens"
-        if exact:
-            return Arm(
-                name,
-                f"exact profile ({spell(**EXACT_CACHE)}), {desc}",
-                {**prof, **EXACT_CACHE},
-                reference="exact-baseline",
-                family="exact",
-            )
-        return Arm(name, desc, prof, family="ngram")
+        return _ngram_arm(name, m)
     m = _EXACT.match(name)
     if m:
         nr, k = bool(m.group(1)), int(m.group(2))
@@ -176,10 +162,45 @@ def parse_arm(name: str) -> Arm:
             reference="exact-baseline",
             family="exact",
         )
+    arm = _kind_arm(name)
+    if arm is not None:
+        return arm
     raise ArmError(
         f"unknown arm {name!r}. Known arms: {', '.join(sorted(fixed))}; "
         "or the patterns draft-n<K>[-p<P>][-nmin<M>], q<TYPE>-n<K>, exact-n<K>, exact-nr-n<K>, [exact-]mtp-n<K>"
     )
+
+
+def _ngram_arm(name: str, m: re.Match[str]) -> Arm:
+    exact = bool(m.group(1) or m.group(4))
+    if m.group(2):
+        k = int(m.group(3))
+        prof = {"spec_type": "ngram-mod", "draft_n_max": k, "draft_n_min": 1}
+        desc = f"n-gram speculation ngram-mod, at most {k} tokens per draft (n-min 1)"
+    else:
+        k = int(m.group(6))
+        prof = {"spec_type": m.group(5), "ngram_size_m": k}
+        desc = f"n-gram speculation {m.group(5)}, draft m-gram of {k} tokens"
+    if exact:
+        return Arm(
+            name,
+            f"exact profile ({spell(**EXACT_CACHE)}), {desc}",
+            {**prof, **EXACT_CACHE},
+            reference="exact-baseline",
+            family="exact",
+        )
+    return Arm(name, desc, prof, family="ngram")
+
+
+def _kind_arm(name: str) -> Arm | None:
+    """A tune candidate of a kind (:mod:`specops.kinds`) the grammar above does not spell (``exact-eagle3-n<K>``)."""
+    kind = next((k for k in kinds.KINDS if k.key != kinds.PLAIN and k.matches(name)), None)
+    if kind is None:
+        return None
+    k = kind.length(name)
+    return Arm(name, f"exact profile ({spell(**EXACT_CACHE)}), {kind.description}" + (f"; K = {k}" if k else ""),
+               kind.profile(name), draft="draft" if kind.draft_model else None, reference="exact-baseline",
+               family="exact")
 
 
 def _mtp_arm(name: str, m: re.Match[str]) -> Arm:

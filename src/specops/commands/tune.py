@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specops import kinds
 from specops.commands.bench import rates_arg
 from specops.paths import INSTALL_PREFIX
 from specops.tune import decide, leash, pipeline, prepare, progress, record
@@ -50,6 +51,11 @@ def _candidate_args(p: argparse.ArgumentParser) -> None:
                    help="draft lengths to consider (comma list; default %(default)s)")
     p.add_argument("--ngram", default="auto",
                    help="n-gram types to consider: auto (every type the build lists), a comma list, or '' (none)")
+    p.add_argument("--kinds", default="auto", metavar="KIND,...",
+                   help="only these kinds of candidate (specops.kinds: " + ", ".join(
+                       k.key for k in kinds.KINDS if k.key != kinds.PLAIN) + "); default auto: every kind the "
+                   "models and the build allow (a draft model's lengths, EAGLE-3 for an eagle3 draft, the target's MTP "
+                   "head where it has MTP layers, the n-gram types, llama.cpp's default)")
     p.add_argument("--no-default", action="store_true",
                    help="leave out llama.cpp's own default speculative config (spec_type default)")
     p.add_argument("--budget", type=float, default=15.0, metavar="MINUTES",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specops.bench.arms import parse_arm
+from specops import kinds
 from specops.bench.costmodel import (
     Overheads,
     Run,
@@ -31,7 +31,7 @@ from specops.bench.costmodel import (
 from specops.bench.design import deployable
 from specops.bench.stats import Interval, t975
 
-PLAIN = "plain"
+PLAIN = kinds.PLAIN
 DRAFT_LENGTHS = (2, 4, 8, 12, 16)
 
 
@@ -189,18 +189,9 @@ class Choice:
                 "to_settle_tasks": list(self.to_settle_tasks) if self.to_settle_tasks else None}
 
 
-ENGINE_DEFAULT_TYPES = frozenset({"ngram-mod"})  # llama.cpp's own default type (--spec-default at 0c1e57098)
-
-
 def cost(name: str) -> tuple[int, int, int]:
-    """How much a profile costs to serve, for breaking ties: plain decoding, then a profile without a draft model
-    (n-gram types, llama.cpp's default, the target's own MTP head), then a draft model; a shorter draft first;
-    among equals llama.cpp's own default type first (what a later llama.cpp keeps tuning for)."""
-    if name == PLAIN:
-        return (0, 0, 0)
-    arm = parse_arm(name)
-    default = 0 if arm.profile.get("spec_type") in ENGINE_DEFAULT_TYPES else 1
-    return (1 if arm.draft is None else 2, arm.n_max or 0, default)
+    """How much a profile costs to serve, for breaking ties: its kind's rank (:func:`specops.kinds.tie_rank`)."""
+    return kinds.tie_rank(name)
 
 
 def overlaps(a: Interval, b: Interval) -> bool:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specops import kinds
 from specops.knobs import uses_draft_model
 from specops.tune import mix
 from specops.tune.decide import PLAIN
@@ -52,22 +53,27 @@ def scope(mode: str, spec_type: object, draft_n_max: object, has_draft: bool,
         return Scope(False, f"explicit settings win: {SPEC_TYPE}={spec_type} and {DRAFT_N_MAX}={draft_n_max} are set "
                             f"in the inventory, so the tune does not run (set {SPEC_TYPE}: auto or {DRAFT_N_MAX}: "
                             "null to let it choose)")
-    if not free_type and spec_type != "draft-simple":
-        return Scope(False, f"explicit settings win: {SPEC_TYPE}={spec_type} is set; the tune chooses draft lengths "
-                            f"of a draft model (draft-simple) and between kinds (with {SPEC_TYPE}: auto), so it does "
-                            "not run")
+    by_type = {k.spec_type: k for k in kinds.KINDS if k.probe == kinds.LENGTHS}  # kinds with a length to choose
+    if not free_type and spec_type not in by_type:
+        return Scope(False, f"explicit settings win: {SPEC_TYPE}={spec_type} is set; the tune chooses the length of "
+                            f"a kind that has one ({', '.join(map(str, by_type))}) and between kinds (with "
+                            f"{SPEC_TYPE}: auto), so it does not run")
     draft = has_draft and (free_type or uses_draft_model(spec_type))
-    if not free_type and not draft:
+    if not free_type and uses_draft_model(spec_type) and not draft:
         return Scope(False, f"{SPEC_TYPE}={spec_type} needs a draft model and none is configured: nothing to tune")
     ks = [int(k) for k in lengths] if free_len else [int(str(draft_n_max))]
-    args: list[str] = ["--lengths", ",".join(map(str, ks))] if draft else []
+    among = "among " + ",".join(map(str, ks)) if free_len else str(ks[0]) + " (set)"
+    args: list[str] = ["--lengths", ",".join(map(str, ks))]
     what = []
-    if draft:
-        what.append(f"draft length {'among ' + ','.join(map(str, ks)) if free_len else str(ks[0]) + ' (set)'}")
     if free_type:
-        what.append("the n-gram types this build has and llama.cpp's default")
+        if draft:
+            what.append(f"draft length {among}")
+        what.append("the n-gram types this build has and llama.cpp's default (and the target's MTP head where it "
+                    f"has one, at n-max {among})")
     else:
-        args += ["--ngram", "", "--no-default"]
+        kind = by_type[spec_type]
+        what.append(f"{kind.length_name} {among}")
+        args += ["--kinds", kind.key]
     return Scope(True, "the tune chooses " + " and ".join(what) + " against plain decoding", tuple(args), draft)
 
 

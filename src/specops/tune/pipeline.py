@@ -37,10 +37,9 @@ def tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     s.store.save_json("ceiling.json", ceiling_data)
     t = s.phase("ceiling", s.started)
     pruned = price.pruned(s, args, costs)
-    with_draft = args.draft is not None and not pruned
-    found = probing.run_probes(s, with_draft)
+    found = probing.run_probes(s, [n for n in s.names if n not in pruned])
     t = s.phase("probes", t)
-    over, preds = predict.predict(s, costs, found, with_draft, pruned)
+    over, preds = predict.predict(s, costs, found, pruned)
     short = predict.shortlist(s, args, preds)
     bench = None
     if short.measured and not args.predict_only:

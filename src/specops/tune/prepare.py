@@ -8,15 +8,16 @@ import argparse
 import time
 from pathlib import Path
 
+from specops import kinds
 from specops.bench.runner import BenchConfig, Progress
 from specops.bench.store import ResultStore
 from specops.bench.tasks import TaskError, load_tasks, workloads_of
 from specops.capabilities import Capabilities
 from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
-from specops.ggufmeta import GGUFError
+from specops.ggufmeta import GGUFError, read
 from specops.knobs import knob
 from specops.paths import build_backend, cache_dir, llama_prefix
-from specops.tune import choose, mix, probes, record
+from specops.tune import choose, mix, record
 from specops.tune.state import Setup, TuneError
 
 
@@ -56,34 +57,70 @@ def _check_settings(args: argparse.Namespace) -> None:
                         "would refuse every candidate; add --rule fastest")
 
 
-def _candidates(args: argparse.Namespace, caps: Capabilities, draft_lengths: list[int]) -> list[str]:
-    """The candidates the build and the settings allow (:func:`specops.tune.probes.candidates`)."""
-    ngram = None if args.ngram == "auto" else [t for t in args.ngram.split(",") if t.strip()]
-    missing = [t for t in ngram or [] if t not in caps.spec_types]
+def files(args: argparse.Namespace, caps: Capabilities, draft_lengths: list[int]) -> kinds.Files:
+    """What the candidates follow from (:class:`specops.kinds.Files`): the lengths, the draft model's architecture,
+    whether the target carries MTP layers, the build's types, and what --ngram, --no-default and --kinds ask."""
+    ngram = None if args.ngram == "auto" else tuple(t for t in args.ngram.split(",") if t.strip())
+    missing = [t for t in ngram or () if t not in caps.spec_types]
     if missing:
         raise TuneError(f"this build has no speculative type {', '.join(missing)} (it lists: "
                         f"{', '.join(caps.spec_types) or 'none'}); nothing was changed")
+    try:
+        only = kinds.parse_only(getattr(args, "kinds", "") or "")
+    except kinds.KindError as exc:
+        raise TuneError(f"{exc}; nothing was changed") from None
     has_default = bool(caps.has(str(knob("spec_type").for_value("default")))) and not args.no_default
-    names = probes.candidates(draft_lengths, args.draft is not None, caps.spec_types, ngram, has_default,
-                              caps.commit)
+    return kinds.Files(tuple(draft_lengths), _arch(args.draft), int(_header(args.target, "nextn_predict_layers")) > 0,
+                       tuple(caps.spec_types), ngram, has_default, caps.commit, only)
+
+
+def _arch(path: Path | None) -> str | None:
+    """The draft model's architecture ('' where its header cannot be read: the memory fit refuses it in one line)."""
+    if path is None:
+        return None
+    try:
+        return read(path, check_data=False).arch
+    except (GGUFError, OSError):
+        return ""
+
+
+def _header(path: Path, suffix: str) -> int:
+    """An architecture key of the target's header (0 where it cannot be read: the memory fit refuses it)."""
+    try:
+        return int(read(path, check_data=False).arch_get(suffix, 0) or 0)
+    except (GGUFError, OSError, ValueError, TypeError):
+        return 0
+
+
+def _candidates(found: kinds.Files) -> list[str]:
+    """The candidates the build and the settings allow (:func:`specops.kinds.candidates`)."""
+    names = kinds.candidates(found)
     if not names:
-        raise TuneError("no candidate: give --draft, or leave --ngram at auto on a build with n-gram types")
+        raise TuneError("no candidate: give --draft (or a target with MTP layers), or leave --ngram at auto on a "
+                        "build with n-gram types")
     return names
 
 
-def _check_fit(backend: str, args: argparse.Namespace, n_max: int) -> None:
-    """The probes load the target with the draft model (at the longest length): refused in one line where that does
+def _check_fit(backend: str, args: argparse.Namespace, names: list[str]) -> None:
+    """The probes load the target with each kind's extra (the draft model at its longest length, the MTP context,
+    the n-gram pool; :func:`specops.kinds.fit_spec_types`): refused in one line where the most any kind needs does
     not fit the build's memory (host RAM, or the GPU's for a CUDA/ROCm build; a GPU that vanished is said here)."""
     try:
         memory = measure_memory(backend)
-        rep = estimate(args.target, args.draft, FitParams(ctx_size=args.ctx_size, draft_n_max=n_max), memory)
+        reps = [(spec, draft, estimate(args.target, args.draft if draft else None,
+                                       FitParams(ctx_size=args.ctx_size, draft_n_max=n_max, spec_type=spec), memory))
+                for spec, draft, n_max in kinds.fit_spec_types(names)]
     except (FitError, GGUFError) as exc:
         raise TuneError(f"memory fit: {str(exc).splitlines()[0]}; nothing was changed") from None
+    if not reps:
+        return
+    spec, draft, rep = max(reps, key=lambda r: r[2].needed)
     if not rep.fits:
-        what = "the target and the draft model" if args.draft else "the target"
-        raise TuneError(f"{what} do not fit in {memory.kind} here: one server needs {rep.needed / MIB:,.0f} MiB "
-                        f"+ {rep.margin / MIB:,.0f} MiB margin, {memory.available / MIB:,.0f} MiB available "
-                        f"({memory.source}; specops fit shows the breakdown); nothing was changed")
+        what = "the target and the draft model" if draft else "the target"
+        raise TuneError(f"{what} do not fit in {memory.kind} here for {spec}: one server needs "
+                        f"{rep.needed / MIB:,.0f} MiB + {rep.margin / MIB:,.0f} MiB margin, "
+                        f"{memory.available / MIB:,.0f} MiB available ({memory.source}; specops fit shows the "
+                        "breakdown); nothing was changed")
 
 
 def prepare(args: argparse.Namespace) -> Setup:
@@ -93,7 +130,7 @@ def prepare(args: argparse.Namespace) -> Setup:
     _check_settings(args)
     draft_lengths = lengths(args.lengths)
     caps = Capabilities.load(prefix / "capabilities.json")
-    names = _candidates(args, caps, draft_lengths)
+    names = _candidates(files(args, caps, draft_lengths))
     try:
         tasks = load_tasks(args.tasks, [w for w in args.workloads.split(",") if w.strip()] or None,
                            max(args.limit_per_workload, args.probe_tasks))
@@ -111,7 +148,7 @@ def prepare(args: argparse.Namespace) -> Setup:
                                                    for w in workloads_of(tasks)}, standard=not args.tasks)
     probe_tasks = [t for w in workloads_of(tasks) for t in [x for x in tasks if x.workload == w][:args.probe_tasks]]
     backend = build_backend(prefix)
-    _check_fit(backend, args, max(draft_lengths))
+    _check_fit(backend, args, names)
     work = args.work_dir or cache_dir() / "tune" / time.strftime("%Y%m%dT%H%M%S")
     cfg = BenchConfig(target=Path(args.target), draft=args.draft, server_binary=prefix / "bin" / "llama-server",
                       caps=caps, tasks=tasks, max_tokens=args.probe_tokens, threads=args.threads,
@@ -119,7 +156,7 @@ def prepare(args: argparse.Namespace) -> Setup:
                       backend=backend, synth_rates=tuple(args.synth_rates))
     now = time.monotonic()
     s = Setup(prefix, caps, cfg, ResultStore(work), work, draft_lengths, names, probe_tasks,
-              now + args.budget * 60, now, Progress(quiet=args.quiet), record.facts(prefix, backend, args),
+              now + args.budget * 60, now, Progress(quiet=args.quiet), record.facts(prefix, backend, args, names),
               now + args.probe_share * args.budget * 60)
     s.top = args.top or (3 if cfg.gpu else 1)
     s.ngram_probes = args.ngram_probes == "yes" or (args.ngram_probes == "auto" and cfg.gpu)

@@ -8,10 +8,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from specops import kinds
 from specops.bench import ceiling as ceil
 from specops.bench.arms import EXACT_CACHE
 from specops.bench.costmodel import StepCosts
-from specops.tune import decide, probes
+from specops.tune import decide
 from specops.tune.state import Setup, TuneError
 
 CEILING_KS = (1, 2, 3, 5, 9, 13, 17)
@@ -26,25 +27,34 @@ GPU_CEILING_REPS = 5
 def ceiling(s: Setup, args: argparse.Namespace) -> tuple[StepCosts, dict[str, Any]]:
     """The step costs, and llama-bench's figures they come from (kept as the work dir's ceiling.json)."""
     num = ceil.Numerics.of_profile(EXACT_CACHE, {})
-    kmax = max(s.lengths) + 1 if args.draft else 2
+    # verification batches up to the longest length + 1 where a kind drafts by lengths; the draft model's step only
+    # where a kind is priced with it (an EAGLE-3 head cannot run in llama-bench without its target)
+    lengths = [k.length(n) or 0 for n in s.names for k in [kinds.of(n)] if k.probe == kinds.LENGTHS]
+    kmax = max(lengths) + 1 if lengths else 2
     ks = sorted({k for k in CEILING_KS if k <= kmax} | {kmax})
-    drafts = {"draft": Path(args.draft)} if args.draft else {}
+    drafts = {"draft": Path(args.draft)} if args.draft and priced_draft(s.names) else {}
     try:
         data = ceil.measure(s.prefix / "bin" / "llama-bench", Path(args.target), [num], drafts,
                             depth=args.ceiling_depth, reps=GPU_CEILING_REPS if s.cfg.gpu else CPU_CEILING_REPS,
                             threads=args.threads, progress=s.progress.note, ks=ks, draft_k_max=kmax)
     except ceil.CeilingError as exc:
         raise TuneError(f"llama-bench failed: {str(exc).splitlines()[0]}; nothing was changed") from exc
-    return StepCosts.from_ceiling(data, num.name, "draft" if args.draft else None), data
+    return StepCosts.from_ceiling(data, num.name, "draft" if drafts else None), data
+
+
+def priced_draft(names: list[str]) -> list[str]:
+    """The candidates priced with the draft model's step (:data:`specops.kinds.TARGET_DRAFT`)."""
+    return [n for n in names if kinds.of(n).priced == kinds.TARGET_DRAFT]
 
 
 def pruned(s: Setup, args: argparse.Namespace, costs: StepCosts) -> dict[str, float]:
     """Draft lengths the ceiling rules out before any probe: even with every drafted token accepted none would
     clear plain decoding by the margin (then their probes are skipped). Empty when one could, or with
     --measure-all or --probe-all (which compare every candidate)."""
-    if args.draft is None or args.measure_all or args.probe_all:
+    draft = [(n, kinds.of(n).length(n) or 0) for n in priced_draft(s.names) if kinds.of(n).probe == kinds.LENGTHS]
+    if args.draft is None or not draft or args.measure_all or args.probe_all:
         return {}
-    bounds = decide.ceiling_bounds(costs, s.lengths)
+    bounds = decide.ceiling_bounds(costs, [k for _, k in draft])
     if max(bounds.values()) >= 1 + args.margin:
         return {}
     # a draft step as slow as the target's: a draft drafting for itself (nothing to win), or a ceiling measured
@@ -57,4 +67,4 @@ def pruned(s: Setup, args: argparse.Namespace, costs: StepCosts) -> dict[str, fl
         return {}
     s.progress.note(f"tune: the ceiling rules out the draft model (at most {max(bounds.values()):.2f}× with every "
                     "drafted token accepted): its probes are skipped")
-    return {probes.draft_candidate(k): b for k, b in bounds.items()}
+    return {n: bounds[k] for n, k in draft}

@@ -1,11 +1,8 @@
-"""The tune's candidates and its short probes: one server at a time, a few prompts each, counters read back.
+"""The tune's short probes: one server at a time, a few prompts each, counters read back.
 
-Candidates are named in the bench's arm grammar (:mod:`specops.bench.arms`) with the service's numerics
-(``-fa on -ctv q8_0``, the knob table's defaults, so identity is judged against a plain server of the same
-numerics): ``exact-n<K>`` for the draft model at length K, ``exact-<ngram type>`` for each n-gram type the build
-has, ``exact-spec-default`` for llama.cpp's own default config. The probes run each server alone on the machine
-(loaded, warmed up, the prompts one after another, stopped), so their seconds are the server's own: the plain
-server gives the per-token overhead, the draft probes at the longest and the shortest length the per-round
+Candidates are named and probed as their kind says (:mod:`specops.kinds`). The probes run each server alone on the
+machine (loaded, warmed up, the prompts one after another, stopped), so their seconds are the server's own: the plain
+server gives the per-token overhead, a kind with lengths probed at its longest and its shortest length the per-round
 terms and the per-position acceptance, each n-gram probe its own acceptance.
 """
 
@@ -22,43 +19,6 @@ from specops.bench.store import ResultStore
 from specops.bench.tasks import Task
 
 PLAIN_ARM = "exact-baseline"
-# the n-gram types in the order they are probed when the budget is short: llama.cpp's own default type first
-NGRAM_ORDER = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
-DEFAULT_ARM = "exact-spec-default"
-# what llama.cpp's --spec-default is, per build commit it was read from: at 0c1e57098 (common/arg.cpp) it pushes
-# ngram-mod with n_match 24, n_min 48, n_max 64, which are ngram-mod's own defaults (common/common.h): the same
-# server as ``exact-ngram-mod``, so the tune probes and measures it once, under that name
-DEFAULT_IS = {"0c1e57098": "ngram-mod"}
-
-
-def engine_default(commit: str | None) -> str | None:
-    """The candidate that is llama.cpp's own default speculative config on a build (None: not known for it)."""
-    same = DEFAULT_IS.get((commit or "")[:9])
-    return ngram_candidate(same) if same else None
-
-
-def draft_candidate(k: int) -> str:
-    return f"exact-n{k}"
-
-
-def ngram_candidate(spec_type: str) -> str:
-    return f"exact-{spec_type}"
-
-
-def candidates(lengths: Sequence[int], has_draft: bool, spec_types: Sequence[str], ngram: Sequence[str] | None,
-               with_default: bool = True, commit: str | None = None) -> list[str]:
-    """The candidate arms: draft lengths (with a draft model), the n-gram types asked for (None: every one the
-    build lists) and llama.cpp's default config where the build has it (once: where it is known to be one of the
-    n-gram types on this build's commit, that type stands for it)."""
-    out = [draft_candidate(k) for k in sorted(set(lengths))] if has_draft else []
-    types = [t for t in NGRAM_ORDER if t in spec_types] if ngram is None else list(ngram)
-    out += [ngram_candidate(t) for t in types]
-    same = engine_default(commit)
-    if with_default and same is None:
-        out.append(DEFAULT_ARM)
-    elif with_default and same not in out:
-        out.append(same)
-    return out
 
 
 @dataclass

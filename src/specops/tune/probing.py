@@ -1,12 +1,13 @@
 """The tune's third step: the probes, one short server at a time (:func:`specops.tune.probes.probe`): plain
-decoding, the longest and the shortest draft length, each candidate without a draft model, while the probes' share
-of the budget lasts; then plain decoding again, to see whether the host's speed moved meanwhile."""
+decoding, then what each kind's probe is (:func:`specops.kinds.probe_names`: a kind with lengths at its longest and
+its shortest, the others each their own) while the probes' share of the budget lasts; then plain decoding again, to
+see whether the host's speed moved meanwhile."""
 
 from __future__ import annotations
 
 import time
 
-from specops.bench.arms import parse_arm
+from specops import kinds
 from specops.bench.costmodel import Run
 from specops.tune import probes
 from specops.tune.state import Setup, TuneError
@@ -14,28 +15,23 @@ from specops.tune.state import Setup, TuneError
 MAX_DRIFT = 0.15  # the plain server's speed may move this much between the first and the last probe
 
 
-def probe_names(s: Setup, has_draft: bool) -> list[str]:
-    """The plain server, the longest and the shortest draft length, each candidate without a draft model."""
-    out = [probes.PLAIN_ARM]
-    if has_draft:
-        out += [probes.draft_candidate(max(s.lengths))]
-        if min(s.lengths) != max(s.lengths):
-            out.append(probes.draft_candidate(min(s.lengths)))
-    out += [n for n in s.names if parse_arm(n).draft is None and s.ngram_probes]
-    return out
+def probe_names(s: Setup) -> list[str]:
+    """The plain server, then each kind's probes (:func:`specops.kinds.probe_names`)."""
+    return [probes.PLAIN_ARM, *kinds.probe_names(s.names, s.ngram_probes)]
 
 
-def run_probes(s: Setup, has_draft: bool) -> dict[str, probes.ProbeResult]:
-    """The plain server and the longest draft always (nothing can be predicted without them); the others while
-    the probes' share of the budget lasts."""
+def run_probes(s: Setup, names: list[str]) -> dict[str, probes.ProbeResult]:
+    """The plain server and each kind's longest length always (nothing of it can be predicted without them,
+    :func:`specops.kinds.essential`); the others while the probes' share of the budget lasts. ``names``: the
+    candidates still in (the ceiling's pruning left out)."""
     out: dict[str, probes.ProbeResult] = {}
-    essential = {probes.PLAIN_ARM, probes.draft_candidate(max(s.lengths))}
-    names = probe_names(s, has_draft)
-    for i, name in enumerate(names, 1):
+    essential = {probes.PLAIN_ARM, *kinds.essential(names)}
+    todo = [n for n in probe_names(s) if n == probes.PLAIN_ARM or n in names]
+    for i, name in enumerate(todo, 1):
         if name not in essential and time.monotonic() >= s.probe_until:
             s.open.append(f"{name}: not probed (the probes' share of the budget was spent)")
             continue
-        s.meter.update("probes", f"{name} ({i}/{len(names)})", s.left())
+        s.meter.update("probes", f"{name} ({i}/{len(todo)})", s.left())
         out[name] = probes.probe(name, s.cfg, s.store, s.probe_tasks, s.progress.note)
     plain = out.get(probes.PLAIN_ARM)
     if plain is None or plain.error or plain.run.n_tokens <= 0:

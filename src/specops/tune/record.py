@@ -13,17 +13,18 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specops import kinds
 from specops.bench.tasks import STANDARD_SET
 from specops.devices import DeviceError, list_devices
 
 # the arguments that change what the tune measures or decides (not its budget, output or work dir)
 SETTINGS = ("lengths", "ngram", "no_default", "rule", "threads", "ctx_size", "max_tokens", "probe_tokens",
             "probe_tasks", "limit_per_workload", "workloads", "top", "margin", "ceiling_depth", "synth_rates",
-            "ngram_probes", "mix")
+            "ngram_probes", "mix", "kinds")
 
 
 def file_fact(path: Path | None) -> dict[str, Any] | None:
@@ -97,7 +98,10 @@ def parallel_fact(args: argparse.Namespace) -> int:
     return int(getattr(args, "parallel", None) or 1)
 
 
-def facts(prefix: Path, backend: str, args: argparse.Namespace) -> dict[str, Any]:
+def facts(prefix: Path, backend: str, args: argparse.Namespace, names: Sequence[str] = ()) -> dict[str, Any]:
+    """What the result depends on (its key): the build, the models, the device, N, the settings, and the kinds of
+    ``names`` (the candidates) that the table marks ``keyed`` (:mod:`specops.kinds`: those measured since the table,
+    MTP and EAGLE-3; a record from before, whose candidates were of the earlier kinds only, keeps its key)."""
     try:
         info = json.loads((prefix / "build-info.json").read_text())
     except (OSError, ValueError):
@@ -107,6 +111,11 @@ def facts(prefix: Path, backend: str, args: argparse.Namespace) -> dict[str, Any
     if settings["mix"] is None:  # no --mix: left out, so the results written before the setting keep their key
         del settings["mix"]
     settings["tasks"] = [hashlib.sha256(Path(p).read_bytes()).hexdigest()[:16] for p in args.tasks or ()]
+    if not settings.get("kinds"):  # --kinds auto: left out, as --mix
+        settings.pop("kinds", None)
+    keyed = sorted({kinds.of(n).key for n in names if kinds.of(n).keyed})
+    if keyed:
+        settings["candidate_kinds"] = keyed
     return {"build": info.get("build_id") or str(prefix.resolve()), "target": file_fact(args.target),
             "draft": file_fact(args.draft), "device": device_fact(prefix / "bin" / "llama-server", backend),
             "parallel": parallel_fact(args), "settings": settings}

@@ -11,8 +11,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from specops import kinds
 from specops.bench import ceiling as ceil
-from specops.bench.arms import BASELINE, EXACT_CACHE, PLAIN_UNIT, parse_arm, plain_description
+from specops.bench.arms import BASELINE, EXACT_CACHE, PLAIN_UNIT, plain_description
 from specops.bench.costmodel import Overheads, StepCosts
 from specops.knobs import knob
 from specops.tune import decide, live, mix, probes, record, streams, windows
@@ -25,7 +26,7 @@ def profile_vars(name: str) -> dict[str, Any]:
     """The role variables that deploy candidate ``name`` (its speculative settings; plain: spec_type none)."""
     if name == decide.PLAIN:
         return {"llama_server_spec_type": "none"}
-    prof = {k: v for k, v in parse_arm(name).profile.items() if k not in EXACT_CACHE}
+    prof = {k: v for k, v in kinds.of(name).profile(name).items() if k not in EXACT_CACHE}
     if knob("draft_n_max").for_spec_type(str(prof.get("spec_type"))):
         # an n-gram type that takes the draft length: llama.cpp's own for it, not the role's draft-model default
         prof.setdefault("draft_n_max", ceil.arm_n_max(prof))
@@ -54,7 +55,7 @@ def _rows(preds: list[decide.Prediction], short: Shortlist, measured: list[decid
     rows = []
     for p in preds:
         m = by_m.get(p.name)
-        rows.append({"name": p.name, "predicted": p.predicted, "how": p.how,
+        rows.append({"name": p.name, "kind": kinds.of(p.name).key, "predicted": p.predicted, "how": p.how,
                      "measured": m.speedup.fmt() if m else None,
                      "measured_interval": m.speedup.to_dict() if m else None,
                      "identical": m.identical if m else None,
@@ -124,7 +125,7 @@ def live_model(s: Setup, costs: StepCosts, over: Overheads | None, chosen: str, 
     n requests (:func:`live_band`); None for plain decoding or where the model cannot speak for it (said in open)."""
     if chosen == decide.PLAIN or chosen not in {m.name for m in measured} or over is None:
         return None
-    if parse_arm(chosen).draft is None:
+    if kinds.of(chosen).priced != kinds.TARGET_DRAFT:  # its kind is priced without the draft model's step
         costs = StepCosts(costs.target_step_s, costs.target_rel)
     blocks = list(blocks)
     model, why = live.build(costs, over, blocks, chosen, BASELINE)
