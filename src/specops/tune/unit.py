@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -146,9 +147,52 @@ def touch(path: Path) -> None:
     path.touch()
 
 
+def _journal(unit: str) -> str:
+    try:
+        return subprocess.run(["journalctl", "-u", f"{unit}.service", "-o", "cat", "--no-pager", "-n", "200"],
+                              capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+_EXITED = re.compile(r"Main process exited, code=(\w+), status=(\d+)")
+_PREFIX = re.compile(r"^[\w@.:-]+\.service: ")  # systemd's "UNIT.service: " before a line about the unit
+_RESULT = re.compile(r"Failed with result '([\w-]+)'")
+
+
+def from_journal(text: str) -> tuple[str, str, str, str]:
+    """How the unit's last run ended, as systemd logged it (its lines since the last "Starting"/"Started"): (result,
+    code, status, what its ExecStopPost met: '' or systemd's line about it). For a unit already collected
+    (--collect) whose ExecStopPost wrote no record: the kernel's OOM killer, a stop-post killed at its timeout.
+    systemd logs no "Main process exited" for an exit 0; a run that ended without one exited 0. A timeout of the
+    stop-post is the ExecStopPost's, not the tune's (which would read "runtime time limit")."""
+    lines = [_PREFIX.sub("", ln.strip()) for ln in text.splitlines()]
+    start = max((i for i, ln in enumerate(lines) if ln.startswith(("Starting ", "Started "))), default=None)
+    if start is None:
+        return "", "", "", ""
+    result = code = status = post = ""
+    ended = runtime = False
+    for ln in lines[start + 1:]:
+        if m := _EXITED.search(ln):
+            code, status = m.group(1), m.group(2)
+        if m := _RESULT.search(ln):
+            result, ended = m.group(1), True
+        elif "Deactivated successfully" in ln:
+            result, ended = result or "success", True
+        runtime = runtime or "runtime time limit" in ln
+        if "Control process" in ln or "stop-post" in ln:
+            post = post or ln
+    if ended and not code and not runtime:
+        code, status = "exited", "0"
+    if result == "timeout" and post and not runtime:  # the ExecStopPost timed out, not the tune
+        result = "success" if (code, status) == ("exited", "0") else "exit-code" if code == "exited" else "signal"
+    return result, code, status, post
+
+
 def poll(unit: str, heartbeat: Path, progress: Path | None, exit_file: Path, log: Path | None, err: Path | None,
          wait_s: float, budget_min: float = 0.0, grace_s: float = 0.0, *, systemctl: Systemctl = _systemctl,
-         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+         journal: Callable[[str], str] = _journal, clock: Callable[[], float] = time.monotonic,
+         sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     touch(heartbeat)
     now = clock()
     deadline, ended_at = now + wait_s, None
@@ -161,10 +205,10 @@ def poll(unit: str, heartbeat: Path, progress: Path | None, exit_file: Path, log
                 rc, line = why(state.get("Result", ""), state.get("ExecMainCode", ""),
                                state.get("ExecMainStatus", ""), budget_min=budget_min, grace_s=grace_s,
                                out=tail(log), err=tail(err))
+                result = state.get("Result", "")
                 if state.get("LoadState") == "not-found" or (rc is None and not line):
-                    rc, line = None, (f"specops tune's unit {unit} ended without saying how ({exit_file} was not "
-                                      f"written){': ' + last_line(tail(err)) if last_line(tail(err)) else ''}")
-                rec = {"result": state.get("Result", ""), "rc": rc, "why": line}
+                    rc, line, result = _gone(unit, exit_file, journal(unit), err, budget_min, grace_s, log)
+                rec = {"result": result, "rc": rc, "why": line}
         if rec is not None:
             out = tail(log, 1 << 20)
             return {"done": True, "rc": rec.get("rc"), "why": rec.get("why") or "", "result": rec.get("result"),
@@ -175,6 +219,22 @@ def poll(unit: str, heartbeat: Path, progress: Path | None, exit_file: Path, log
                     "progress": tail(progress, 4096).strip()}
         sleep(1.0)
         now = clock()
+
+
+def _gone(unit: str, exit_file: Path, journal: str, err: Path | None, budget_min: float, grace_s: float,
+          log: Path | None) -> tuple[int | None, str, str]:
+    """A unit systemd no longer knows (collected) whose ExecStopPost left no record: how it ended, from the journal
+    (:func:`from_journal`); the tune's own exit 0 or 3 stands (its result is written: the deploy goes on), anything
+    else is said with systemd's words. Nothing in the journal either: said so, with the tune's last error line."""
+    result, code, status, post = from_journal(journal)
+    rc, line = why(result, code, status, budget_min=budget_min, grace_s=grace_s, out=tail(log), err=tail(err))
+    if code and rc in (0, UNPROVEN):
+        return rc, "", result
+    if code or result:
+        return rc, line + (f" (its exit record was not written: {post})" if post else ""), result
+    said = last_line(tail(err))
+    return None, (f"specops tune's unit {unit} ended without saying how ({exit_file} was not written, and the "
+                  f"journal has no end for it){': ' + said if said else ''}"), result
 
 
 # -- sweep
