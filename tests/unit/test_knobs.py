@@ -36,7 +36,8 @@ NOT_LLAMA_SERVER = {
     ("src/specops/exporter/config.py", "--timeout"): "specops exporter's own --timeout option",
     ("src/specops/exporter/config.py", "--log-file"): "specops exporter's own --log-file option",
     ("src/specops/exporter/fetch.py", "--api-key-file"): "specops exporter's own --api-key-file option",
-    ("src/specops/exporter/collector.py", "--api-key-file"): "specops exporter's own --api-key-file option",
+    ("src/specops/exporter/series.py", "--api-key-file"): "specops exporter's own --api-key-file option",
+    ("src/specops/exporter/series.py", "--log-file"): "specops exporter's own --log-file option",
 }
 _TOKEN = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
