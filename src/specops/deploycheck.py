@@ -19,6 +19,7 @@ from typing import Any
 from specops.knobs import DRAFT_MODEL_TYPES, KNOBS, knob, spec_type_members, spec_type_problem, uses_draft_model
 from specops.knobs import ranges as knob_ranges
 from specops.profile import no_draft_why
+from specops.tune import settings as tune_settings
 from specops.unitfile import UnitValueError, absolute_path, executable, memory_size, plain_name, representable
 
 _INT = re.compile(r"[+-]?\d+\Z")
@@ -27,9 +28,11 @@ _TRUE = {"true", "yes", "on", "1", "y", "t"}
 _FALSE = {"false", "no", "off", "0", "n", "f"}
 
 # lowest allowed value (and highest, when there is one) of the numeric settings: the llama-server settings'
-# from the knob table (each knob's low/high), the role's own settings and TabbyAPI's here
+# from the knob table (each knob's low/high), the tune's from the tune settings table, the role's other settings
+# and TabbyAPI's here
 RANGES: dict[str, tuple[float | None, float | None]] = {
     **{knob(name).role_var: bounds for name, bounds in knob_ranges().items() if knob(name).role},
+    **tune_settings.ranges(),
     "llama_server_baseline_port": knob("port").low_high,
     "llama_server_health_timeout": (1, None),
     "llama_server_busy_probe_timeout": (1, None),
@@ -42,10 +45,6 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "llama_server_drain_timeout": (0, None),
     "llama_server_disk_margin_mib": (0, None),
     "llama_server_stop_timeout": (1, None),
-    "llama_server_tune_budget": (0.5, None),
-    "llama_server_tune_max_tokens": (8, None),
-    "llama_server_tune_probe_tokens": (8, None),
-    "llama_server_tune_limit_per_workload": (1, None),
     "tabbyapi_port": (1, 65535),
     "tabbyapi_ctx_size": (1, None),
     "tabbyapi_parallel": (1, None),

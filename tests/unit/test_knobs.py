@@ -30,10 +30,14 @@ NOT_LLAMA_SERVER = {
     ("src/specops/bench/capacity.py", "--ctx-size"): "specops bench's own --ctx-size option, in its advice",
     ("src/specops/tune/prepare.py", "--draft"): "specops tune's own --draft option (the draft model path)",
     ("src/specops/tune/at_streams.py", "--parallel"): "specops tune's own --parallel option (the service's slots)",
+    ("src/specops/tune/settings.py", "--ctx-size"): "specops tune's own --ctx-size option (the tune settings table)",
+    ("src/specops/tune/settings.py", "--threads"): "specops tune's own --threads option (the tune settings table)",
+    ("src/specops/tune/settings.py", "--parallel"): "specops tune's own --parallel option (the tune settings table)",
     ("src/specops/exporter/config.py", "--timeout"): "specops exporter's own --timeout option",
     ("src/specops/exporter/config.py", "--log-file"): "specops exporter's own --log-file option",
     ("src/specops/exporter/fetch.py", "--api-key-file"): "specops exporter's own --api-key-file option",
-    ("src/specops/exporter/collector.py", "--api-key-file"): "specops exporter's own --api-key-file option",
+    ("src/specops/exporter/series.py", "--api-key-file"): "specops exporter's own --api-key-file option",
+    ("src/specops/exporter/series.py", "--log-file"): "specops exporter's own --log-file option",
 }
 _TOKEN = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
@@ -111,8 +115,7 @@ def test_the_scan_finds_a_flag_in_code_but_not_in_docstrings_or_own_options() ->
 # specops_knob_flags, specops_devices_argv).
 OTHER_PROGRAMS = {
     "src/specops/commands/bench.py": (("--draft",), ("playbooks/bench.yml",)),
-    "src/specops/commands/tune.py": (("--draft", "--ctx-size", "--threads", "--parallel", "--api-key-file"),
-                                     ("roles/llama_server/tasks/tune.yml",)),
+    "src/specops/commands/tune.py": (("--draft", "--api-key-file"), ("roles/llama_server/tasks/tune.yml",)),
     "src/specops/commands/exporter.py": (("--timeout", "--api-key-file"),
                                          ("roles/exporter/templates/specops-exporter.service.j2",)),
     "src/specops/commands/fetch_model.py": (("--models-dir",), ("roles/models/tasks/fetch.yml",)),
@@ -190,10 +193,10 @@ def test_the_yaml_scan_finds_a_flag_in_what_runs_but_not_in_prose() -> None:
     template = "# --spec-type in the unit's comment\n{# --cache-ram\n #}\nExecStart=x --draft-max 3\n"
     assert yaml_spelled_flags(template, "roles/x/templates/y.j2", forbidden()) == [
         "roles/x/templates/y.j2:4: --draft-max"]
-    tune = "- x: \"{{ ['--ctx-size', 1] }}\"\n"  # specops tune's own option there, llama-server's anywhere else
+    tune = "- x: \"{{ ['--api-key-file', 1] }}\"\n"  # specops tune's own option there, llama-server's elsewhere
     assert yaml_spelled_flags(tune, "roles/llama_server/tasks/tune.yml", forbidden()) == []
     assert yaml_spelled_flags(tune, "roles/llama_server/tasks/argv.yml", forbidden()) == [
-        "roles/llama_server/tasks/argv.yml:1: --ctx-size"]
+        "roles/llama_server/tasks/argv.yml:1: --api-key-file"]
 
 
 @pytest.mark.parametrize("program", OTHER_PROGRAMS)

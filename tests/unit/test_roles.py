@@ -1,8 +1,10 @@
 """Every role is documented and declares each setting once: a README, Galaxy metadata, and argument specs whose
-entry points describe exactly the variables of defaults/main.yml (the first play validates inputs with them)."""
+entry points describe exactly the variables of defaults/main.yml (the first play validates inputs with them); the
+top-level README's Layout names every role."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -34,3 +36,14 @@ def test_role_has_readme_metadata_and_argument_specs_for_its_defaults(role: str)
 def test_every_role_is_found() -> None:
     assert {"llama_server", "llama_cpp", "models", "exporter", "monitoring", "loadbalancer",
             "specops_package"} <= set(ALL)
+
+
+def test_the_top_level_readme_names_every_role_in_its_layout() -> None:
+    """Issue 64 item 6: the Layout section named 7 of the 10 roles."""
+    text = (ROLES.parent / "README.md").read_text()
+    assert "\n## Layout\n" in text
+    layout = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"^- `roles/(\w+)`: \S", layout, re.M))
+    dirs = {p.name for p in ROLES.iterdir() if p.is_dir()}
+    assert sorted(dirs - named) == [], "roles/ directories the README's Layout section does not name (one line each)"
+    assert sorted(named - dirs) == [], "the README's Layout section names roles that are gone"

@@ -1,6 +1,7 @@
 """``specops knobs``: the llama-server settings table (src/specops/knobs.py), as JSON or as the role README's
 Markdown table; ``--update [ROLE]`` rewrites the role's copies of it (defaults, argument specs, README table:
-specops.knobgen), ``--check`` says which are stale and changes nothing."""
+specops.knobgen) and of the tune settings table (src/specops/tune/settings.py: the tune blocks of the defaults and
+argument specs), ``--check`` says which are stale and changes nothing."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", action="store_true", help="the role README's settings table (default: JSON)")
     p.add_argument("--update", type=Path, nargs="?", const=ROLE, metavar="ROLE",
                    help="rewrite the role's copies of the table (defaults/main.yml, meta/argument_specs.yml, "
-                        f"README.md, between their knobs markers; default {ROLE}; a README path names its role)")
+                        "README.md, between their knobs markers) and of the tune settings table (the first two, "
+                        f"between their tune settings markers); default {ROLE}; a README path names its role")
     p.add_argument("--check", action="store_true", help="with --update: list the stale copies, exit 1, write nothing")
 
 

@@ -27,12 +27,15 @@ from typing import Any
 from specops import kinds
 from specops.commands.bench import rates_arg
 from specops.paths import INSTALL_PREFIX
-from specops.tune import decide, leash, pipeline, prepare, progress, record
+from specops.tune import leash, pipeline, prepare, progress, record
+from specops.tune.settings import cli_defaults
 from specops.tune.state import Setup, TuneError
 
 NAME = "tune"
 HELP = "find the speculation profile that pays on this host (or plain decoding), with every candidate's figures"
 UNPROVEN = 3  # exit status: the live service was busy (before or during the tune); nothing was chosen or written
+# the defaults of the options that are the role's settings too: the tune settings table's (specops.tune.settings)
+D = cli_defaults()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,7 +50,7 @@ def _candidate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--llama-prefix", type=Path,
                    help=f"llama.cpp install (bin/llama-server, bin/llama-bench, capabilities.json); default "
                         f"$SPECOPS_LLAMA_PREFIX, else {INSTALL_PREFIX}")
-    p.add_argument("--lengths", default=",".join(map(str, decide.DRAFT_LENGTHS)),
+    p.add_argument("--lengths", default=D["lengths"],
                    help="draft lengths to consider (comma list; default %(default)s)")
     p.add_argument("--ngram", default="auto",
                    help="n-gram types to consider: auto (every type the build lists), a comma list, or '' (none)")
@@ -58,9 +61,9 @@ def _candidate_args(p: argparse.ArgumentParser) -> None:
                    "head where it has MTP layers, the n-gram types, llama.cpp's default)")
     p.add_argument("--no-default", action="store_true",
                    help="leave out llama.cpp's own default speculative config (spec_type default)")
-    p.add_argument("--budget", type=float, default=15.0, metavar="MINUTES",
+    p.add_argument("--budget", type=float, default=D["budget"], metavar="MINUTES",
                    help="the whole tune's time at most (it ends once its tasks are measured); what is still open "
-                        "when it runs out is reported, with the tasks that would settle it (default 15)")
+                        f"when it runs out is reported, with the tasks that would settle it (default {D['budget']:g})")
     p.add_argument("--top", type=int, default=None,
                    help="candidates measured against plain decoding besides llama.cpp's own default (default: 3 "
                         "on a GPU build; 1 on a CPU build, where every candidate's request costs seconds in every "
@@ -80,7 +83,8 @@ def _rest_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=float, default=0.05,
                    help="a candidate is measured only if predicted at least 1 + this (default 0.05)")
     p.add_argument("--probe-tasks", type=int, default=1, help="probe prompts per workload (default 1)")
-    p.add_argument("--probe-tokens", type=int, default=48, help="tokens per probe prompt (default 48)")
+    p.add_argument("--probe-tokens", type=int, default=D["probe_tokens"],
+                   help=f"tokens per probe prompt (default {D['probe_tokens']})")
     p.add_argument("--probe-share", type=float, default=0.6,
                    help="share of --budget the ceiling and the probes may use before the measurement; a probe "
                         "that would start later is left open (default 0.6)")
@@ -92,13 +96,15 @@ def _rest_args(p: argparse.ArgumentParser) -> None:
                         "choice is made on the mix's speedup weighted by time, a workload without a share is not "
                         "measured, the blocks go where share x spread settles it soonest; default: the --tasks "
                         "files' own shares, each workload the same for the standard set")
-    p.add_argument("--limit-per-workload", type=int, default=12,
-                   help="tasks per workload in the side-by-side measurement, at most (default 12; the standard set "
+    p.add_argument("--limit-per-workload", type=int, default=D["limit_per_workload"],
+                   help=f"tasks per workload in the side-by-side measurement, at most (default "
+                        f"{D['limit_per_workload']}; the standard set "
                         "holds 6 code tasks and 12-15 of the others): the budget may end it sooner, and a candidate "
                         "that cannot pay on a workload stops there after 3")
-    p.add_argument("--max-tokens", type=int, default=96, help="tokens per measured request (default 96)")
-    p.add_argument("--threads", type=int, help="server threads (default: llama.cpp's)")
-    p.add_argument("--ctx-size", type=int, default=4096)
+    p.add_argument("--max-tokens", type=int, default=D["max_tokens"],
+                   help=f"tokens per measured request (default {D['max_tokens']})")
+    p.add_argument("--threads", type=int, default=D["threads"], help="server threads (default: llama.cpp's)")
+    p.add_argument("--ctx-size", type=int, default=D["ctx_size"], help="the servers' context (default %(default)s)")
     p.add_argument("--rule", choices=("identical", "fastest"), default="identical",
                    help="identical (default): only a candidate whose output matched plain decoding may win")
     p.add_argument("--ceiling-depth", type=int, default=256,
@@ -116,13 +122,22 @@ def _rest_args(p: argparse.ArgumentParser) -> None:
                    "specops bench --synth-rates); needs --rule fastest")
     p.add_argument("--work-dir", type=Path, help="where servers' logs and results go (default: the cache)")
     p.add_argument("--out", type=Path, help="write the result JSON here too")
+    _deploy_args(p)
+    p.add_argument("--quiet", action="store_true")
+    progress.add_argument(p)
+    leash.add_arguments(p)
+
+
+def _deploy_args(p: argparse.ArgumentParser) -> None:
+    """What a deploy hands over: its live service, an earlier or another host's result, the models' sha256, the
+    service's slots."""
     p.add_argument("--service-url", metavar="URL",
                    help="a live llama-server on this host (the deploy's service): the tune waits up to "
                         "--idle-timeout for its slots to be idle, watches its /slots throughout, and calls the result "
                         "unproven (exit 3, --out untouched) when it served a request meanwhile")
     p.add_argument("--api-key-file", type=Path, help="the service's API key file (its first line), for /slots")
-    p.add_argument("--idle-timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="how long to wait for the service of --service-url to be idle (default 120)")
+    p.add_argument("--idle-timeout", type=float, default=float(D["idle_timeout"]), metavar="SECONDS",
+                   help=f"how long to wait for the service of --service-url to be idle (default {D['idle_timeout']})")
     p.add_argument("--reuse", type=Path, metavar="FILE",
                    help="an earlier result: when the build, the models, the device and the settings that matter are "
                         "the same as its own, print it and measure nothing (the deploy's auto-tune); else tune and "
@@ -142,13 +157,11 @@ def _rest_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kind-only", action="store_true",
                    help="print this host's kind as JSON ({kind: key, reuse: whether --reuse's result stands and was "
                         "tuned here}) and exit: nothing is measured or written")
-    p.add_argument("--parallel", type=record.parallel_arg, default=1, metavar="N",
+    p.add_argument("--parallel", type=record.parallel_arg, default=D["parallel"], metavar="N",
                    help="the service's slots (llama_server_parallel): part of what --reuse compares, so another N "
                         "tunes again; with N > 1 the one-stream choice (or the best measured) is measured again with "
-                        "N streams in flight against plain decoding at N, and the choice is made for N (default 1)")
-    p.add_argument("--quiet", action="store_true")
-    progress.add_argument(p)
-    leash.add_arguments(p)
+                        f"N streams in flight against plain decoding at N, and the choice is made for N (default "
+                        f"{D['parallel']})")
 
 
 def _err(msg: str) -> None:

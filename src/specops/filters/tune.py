@@ -1,13 +1,14 @@
 """Filters for roles/llama_server's auto-tune (tasks/tune.yml): what the tune may choose from the role's settings,
 what of its result the deploy applies, and the summary the speed gate's record keeps (specops.tune.deploy); the
-operator's task files and mix checked (specops.tune.inputs)."""
+operator's task files and mix checked (specops.tune.inputs); the tune's command line for the role's settings
+(specops.tune.settings)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from specops.filters import json_object
-from specops.tune import deploy, inputs
+from specops.filters import json_object, refused
+from specops.tune import deploy, inputs, settings
 
 
 def tune_scope(mode: str, spec_type: Any, draft_n_max: Any, has_draft: Any, lengths: list[int]) -> dict[str, Any]:
@@ -36,8 +37,16 @@ def tune_input_problems(paths: Any, shares: Any, ctx_size: Any, max_tokens: Any,
                            int(parallel or 1))
 
 
-def tune_mix_arg(shares: Any) -> str:
-    return inputs.mix_text(dict(shares or {}))
+def tune_setting_vars(_: Any = None) -> list[str]:
+    """The role variables :func:`tune_setting_args` takes, in its order (``query('ansible.builtin.vars', ...)``)."""
+    return settings.argv_vars()
+
+
+def tune_setting_args(values: list[Any], tasks_dir: Any) -> list[str]:
+    """``specops tune``'s words for the values of :func:`tune_setting_vars`; ``tasks_dir``: the host's copy of the
+    task files."""
+    with refused(ValueError, prefix="specops_tune_setting_args: "):
+        return settings.argv(list(values), str(tasks_dir))
 
 
 def tune_task_source(paths: Any) -> str:
@@ -55,6 +64,7 @@ FILTERS = {
     "specops_tune_summary": tune_summary,
     "specops_tune_disputed": tune_disputed,
     "specops_tune_input_problems": tune_input_problems,
-    "specops_tune_mix_arg": tune_mix_arg,
+    "specops_tune_setting_vars": tune_setting_vars,
+    "specops_tune_setting_args": tune_setting_args,
     "specops_tune_task_source": tune_task_source,
 }

@@ -32,7 +32,6 @@ from specops.bench.design import deployable
 from specops.bench.stats import Interval, t975
 
 PLAIN = kinds.PLAIN
-DRAFT_LENGTHS = (2, 4, 8, 12, 16)
 
 
 @dataclass(frozen=True)

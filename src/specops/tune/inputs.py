@@ -17,16 +17,13 @@ from typing import Any
 from specops.bench.tasks import Task, TaskError, load_tasks, workloads_of
 from specops.requestlog.sample import CHARS_PER_TOKEN, estimated_tokens
 from specops.tune import mix as mixes
+from specops.tune.settings import mix_text, setting
 
-TASKS_VAR = "llama_server_tune_tasks"
-MIX_VAR = "llama_server_tune_mix"
+TASKS_VAR = setting("tune_tasks").var
+MIX_VAR = setting("tune_mix").var
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a task file the deploy ships to the host (and the tune reads whole)
-TUNE_CTX = 4096  # the tune's servers' context when llama_server_ctx_size is 0 (the model's own): tasks/tune_run.yml
-
-
-def mix_text(shares: Mapping[str, Any] | None) -> str:
-    """``{edit: 70, prose: 30}`` as ``specops tune --mix`` takes it (``edit=70,prose=30``); '' for no mix."""
-    return ",".join(f"{k}={v}" for k, v in (shares or {}).items())
+# the tune's servers' context when llama_server_ctx_size is 0 (the model's own): specops tune --ctx-size's default
+TUNE_CTX = int(setting("ctx_size").cli_default)
 
 
 def _file_problems(paths: Sequence[str]) -> list[str]:
