@@ -1,4 +1,4 @@
-"""roles/deploy_lock/files/deploy_lock.py and specops.runlock: one deploy at a time per host (issue 40).
+"""specops.host.deploy_lock and specops.runlock: one deploy at a time per host (issue 40).
 
 The host script runs as it does on a host (a subprocess, real files, real flock); two acquirers race for real."""
 
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from specops import runlock
+from tests.unit.hostcode import argv
 
 pytestmark = pytest.mark.fast
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "deploy_lock" / "files" / "deploy_lock.py"
+SCRIPT = argv("deploy_lock")   # as roles/deploy_lock runs it on a host
 
 
 def me(run: str, **extra) -> str:
@@ -26,7 +27,7 @@ def me(run: str, **extra) -> str:
 
 
 def lock(*args: str, timeout: float = 30) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([*SCRIPT, *args], capture_output=True, text=True, timeout=timeout)
     assert proc.stderr == "" or proc.stderr.startswith("waiting for run "), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -48,7 +49,7 @@ def test_a_free_lock_is_taken_and_a_second_run_is_refused_after_its_timeout_nami
 def test_a_waiting_run_takes_the_lock_as_soon_as_the_holder_releases_it(tmp_path):
     path = str(tmp_path / "deploy.lock")
     assert lock("acquire", "--lock", path, "--me", me("A"), "--timeout", "0")[0] == 0
-    waiter = subprocess.Popen([sys.executable, str(SCRIPT), "acquire", "--lock", path, "--me", me("B"),
+    waiter = subprocess.Popen([*SCRIPT, "acquire", "--lock", path, "--me", me("B"),
                                "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert waiter.stderr.readline().startswith(f"waiting for run A (pid 1 on controller ctl) to release {path}")
     # a release by another run changes nothing
@@ -63,7 +64,7 @@ def test_a_waiting_run_takes_the_lock_as_soon_as_the_holder_releases_it(tmp_path
 
 def test_racing_runs_never_both_take_it(tmp_path):
     path = str(tmp_path / "deploy.lock")
-    procs = [subprocess.Popen([sys.executable, str(SCRIPT), "acquire", "--lock", path, "--me", me(f"R{i}"),
+    procs = [subprocess.Popen([*SCRIPT, "acquire", "--lock", path, "--me", me(f"R{i}"),
                                "--timeout", "0"], stdout=subprocess.PIPE, text=True) for i in range(8)]
     results = [json.loads(p.communicate(timeout=30)[0]) for p in procs]
     winners = [r for r in results if r["acquired"]]
