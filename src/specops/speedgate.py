@@ -231,7 +231,7 @@ def message(result: Mapping[str, Any], action: str, service: str, parallel: int 
 
 
 def unproven_action(action: str, service: str) -> str:
-    """What the role does with an unproven verdict (:func:`after_verdict`; tasks/speedgate_fallback.yml)."""
+    """What the role does with an unproven verdict (:func:`after_verdict`; the fallback of tasks/speedgate.yml)."""
     again = ("measure again when the host is quiet (llama_server_speed_gate_refresh=true), or run `specops bench` "
              "in a maintenance window")
     if action == "fallback":
