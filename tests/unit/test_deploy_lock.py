@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specops import runlock
-from tests.unit.hostcode import argv
+from tests.unit.hostcode import BARE, argv
 
 pytestmark = pytest.mark.fast
 
@@ -108,3 +108,30 @@ def test_runlock_knows_a_dead_run_of_this_controller_from_a_live_one():
         child.wait()
     assert runlock.dead_run(other, mine) == other["run_id"]             # gone
     assert runlock.dead_run(None, mine) == "" and runlock.dead_run({"unreadable": True}, mine) == ""
+
+
+def test_the_callback_releases_a_stopped_runs_lock_with_the_zips_deploy_lock(tmp_path, monkeypatch):
+    """plugins/callback/specops_deploy_lock.py releases what a stopped run holds with an ad-hoc
+    ansible.builtin.script of the host-scripts zip (specops.host.deploy_lock, as roles/deploy_lock runs it), built
+    into $SPECOPS_CACHE/host-scripts; that command line releases the lock."""
+    import shlex
+
+    from tests.unit.by_path import load
+
+    path = str(tmp_path / "run" / "deploy.lock")
+    assert lock("acquire", "--lock", path, "--me", me("A"), "--timeout", "0")[0] == 0
+    callback = load("plugins/callback/specops_deploy_lock.py", "specops_deploy_lock_callback")
+    monkeypatch.setenv("SPECOPS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(callback.context, "CLIARGS", {"inventory": ["inv.yml"]})
+    ran: list[list[str]] = []
+    monkeypatch.setattr(callback.subprocess, "run",
+                        lambda cmd, **_kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+    assert callback.CallbackModule()._release(["h1"], path, "A") == (0, "")
+    monkeypatch.undo()
+    cmd = ran[0]
+    assert cmd[1:4] == ["h1", "-m", "ansible.builtin.script"] and cmd[-2:] == ["-i", "inv.yml"], cmd
+    script, *args = shlex.split(cmd[cmd.index("-a") + 1])
+    assert Path(script).parent == tmp_path / "cache" / "host-scripts" and Path(script).name.endswith(".pyz")
+    assert args[:2] == ["deploy_lock", "release"], args
+    out = subprocess.run([*BARE, script, *args], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert json.loads(out) == {"released": True} and not Path(path).exists()
