@@ -108,11 +108,12 @@ def model_path(name: str) -> Path:
 
 # ---- shared by the lab tests of both engines' deploys (bad inputs, rollbacks) ----------------------------
 def ship_host_scripts(labhost, where: str = "/run/specops-host-scripts.pyz") -> str:
-    """roles/llama_server/files zipped as the deploy ships them (tasks/host_scripts.yml: the scripts with the modules
-    they share), written to ``where`` on the lab host; run one there with ``python3 WHERE SCRIPT ARGS``."""
-    from tests.unit.by_path import host_scripts_zip
+    """The host scripts (specops.host) zipped as the deploy ships them (specops.hostzip, roles/llama_server/tasks/
+    host_scripts.yml: the scripts with the modules they share), written to ``where`` on the lab host; run one there
+    with ``python3 WHERE SCRIPT ARGS``."""
+    from tests.unit.hostcode import zip_bytes
 
-    labhost.run(["sh", "-c", f"base64 -d > {where}"], input=base64.b64encode(host_scripts_zip()).decode())
+    labhost.run(["sh", "-c", f"base64 -d > {where}"], input=base64.b64encode(zip_bytes()).decode())
     return where
 
 

@@ -25,7 +25,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from specops import runlock
+from specops import hostzip, paths, runlock
 
 DOCUMENTATION = """
 name: specops_deploy_lock
@@ -40,7 +40,6 @@ requirements:
 
 TAKE = "Take the deploy lock"
 RELEASE = "Release the deploy lock"
-SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "deploy_lock" / "files" / "deploy_lock.py"
 
 
 class CallbackModule(CallbackBase):
@@ -84,9 +83,14 @@ class CallbackModule(CallbackBase):
 
     def _release(self, hosts: list[str], path: str, run_id: str) -> tuple[int, str]:
         args = context.CLIARGS
+        try:   # specops.host.deploy_lock, in the zip the roles run it from (roles/llama_server/tasks/host_scripts.yml)
+            scripts = hostzip.build(paths.cache_dir() / "host-scripts")
+        except OSError as exc:
+            return 1, f"the host scripts zip: {exc}"
         exe = Path(sys.argv[0]).with_name("ansible")
         cmd = [str(exe) if exe.exists() else "ansible", ":".join(hosts), "-m", "ansible.builtin.script",
-               "-a", f"{shlex.quote(str(SCRIPT))} release --lock {shlex.quote(path)} --run-id {shlex.quote(run_id)}"]
+               "-a", f"{shlex.quote(str(scripts))} deploy_lock release --lock {shlex.quote(path)} "
+                     f"--run-id {shlex.quote(run_id)}"]
         for inv in args.get("inventory") or ():
             cmd += ["-i", inv]
         for extra in args.get("extra_vars") or ():

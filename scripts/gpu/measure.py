@@ -5,7 +5,7 @@ Phases, each writing JSON into OUT as it finishes (a run cut short keeps what it
 
 * ``ceiling``  c(k) for k = 1..17 and the draft's step cost r, with the bench's ceiling code
                (:func:`specops.bench.ceiling.measure`, llama-bench batches at depth 256), per target.
-* ``serve``    per target: the proof (the deploy's own probe.py + summarize_probe) and paired arms
+* ``serve``    per target: the proof (the deploy's own probe (specops.host.probe) + summarize_probe) and paired arms
                (plain and speculative servers both loaded, requests alternating between them, the bench's
                request body and streaming client), VRAM of every served profile from nvidia-smi beside
                ``specops fit``'s prediction for the same profile.
@@ -51,8 +51,6 @@ from specops.probe import summarize_probe
 from specops.profile import ServerProfile
 from specops.server import ServerProcess
 
-REPO = Path(__file__).resolve().parents[2]
-PROBE = REPO / "roles" / "llama_server" / "files" / "probe.py"
 KS = tuple(range(1, 18))  # verification batches of 1..16 drafted tokens + the last accepted one
 DRAFT_LENGTHS = (2, 4, 8, 16)
 
@@ -158,7 +156,7 @@ def fit_prediction(profile: dict[str, Any], out: Path, name: str, memory_mib: fl
 
 def prove(url: str) -> dict[str, Any]:
     """The deploy's proof: its probe script on the host, judged by summarize_probe."""
-    proc = subprocess.run([sys.executable, str(PROBE), "--url", url, "--prompt",
+    proc = subprocess.run([sys.executable, "-m", "specops.host.probe", "--url", url, "--prompt",
                            "Write a Python function that returns the n-th Fibonacci number.", "--tokens", "64"],
                           capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode != 0:

@@ -3,7 +3,7 @@ its value and the fix.
 
 Types and choices come from the role's ``meta/argument_specs.yml`` (the one declaration); ranges, paths and
 what a systemd unit can hold are checked here; the host's side (the API key file and its lines, the ports, whether
-the service user can read the models) from what ``roles/llama_server/files/host_facts.py`` reports.
+the service user can read the models) from what ``specops.host.host_facts`` reports on the host.
 Both engines go through the same checks: ``check_inputs``/``check_host`` for llama-server,
 ``check_tabbyapi_inputs``/``check_tabbyapi_host`` for TabbyAPI (the same type, range, path and unit rules, plus
 what only TabbyAPI has: its state directory, its api_tokens.yml, its model directories).

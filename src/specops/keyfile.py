@@ -1,8 +1,8 @@
 """API key files as llama-server reads them (``--api-key-file``): the one reader of that file kind, for the deploy's
 host scripts, the tune, the exporter and the soak.
 
-Standard library only, and importing nothing of specops: the deploy runs it on the host beside its scripts
-(``roles/llama_server/files/keyfile.py`` is a link to this file; tasks/host_scripts.yml zips them together).
+Standard library only, and importing nothing of specops: the deploy runs it on the host with its scripts
+(specops.host imports it; specops.hostzip puts both in the zip the deploy ships).
 
 The rule, from llama.cpp at the pinned commit (0c1e57098), common/arg.cpp:3502-3518 (``--api-key-file``)::
 

@@ -4,7 +4,7 @@ Each is checked in deploy.yml's first play, before anything is built, copied or 
 naming the variable, the figures and the fix:
 
 - **disk**: every file the deploy will write (each model not already on the host at its size, the build), grouped
-  by the filesystem that receives it (from the host's ``disk_facts.py``), against that filesystem's free space
+  by the filesystem that receives it (from the host's ``specops.host.disk_facts``), against that filesystem's free space
   less a margin. Ansible copies a model through a temporary directory: the models role keeps that directory on
   the models' own filesystem, so each model needs its size once there.
 - **MTP head**: ``draft-mtp`` (alone or in a list) drafts with the target's own multi-token-prediction layers, which

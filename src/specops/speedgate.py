@@ -1,6 +1,6 @@
 """The deploy's speed gate: does the speculative service beat plain decoding of the same build on this host?
 
-The host runs ``roles/llama_server/files/speed_probe.py``: the same prompts sent once to the speculative
+The host runs ``specops.host.speed_probe``: the same prompts sent once to the speculative
 service and once to the baseline unit (side by side, alternating which goes first), or to each in turn when
 memory holds only one copy of the target. This module judges the raw answers on the controller: decode
 speed ratio per prompt (speculative ÷ plain, server-side ``predicted_per_second``), their geometric mean
@@ -53,7 +53,7 @@ DECISIONS = ("fallback", "warn", "fail", "off")
 VERDICTS = ("pays", "loses", "unproven")
 MIN_PROMPTS = 2
 MARGIN_AT_N = 0.05  # the tune's margin (specops tune --margin): at N streams the gate holds a service to its rule
-STREAMS = 1  # requests the speed probe (roles/llama_server/files/speed_probe.py) has in flight at once by default
+STREAMS = 1  # requests the speed probe (specops.host.speed_probe: --streams) has in flight at once by default
 
 
 class SpeedGateError(ValueError):
@@ -231,7 +231,7 @@ def message(result: Mapping[str, Any], action: str, service: str, parallel: int 
 
 
 def unproven_action(action: str, service: str) -> str:
-    """What the role does with an unproven verdict (:func:`after_verdict`; tasks/speedgate_fallback.yml)."""
+    """What the role does with an unproven verdict (:func:`after_verdict`; the fallback of tasks/speedgate.yml)."""
     again = ("measure again when the host is quiet (llama_server_speed_gate_refresh=true), or run `specops bench` "
              "in a maintenance window")
     if action == "fallback":

@@ -1,4 +1,4 @@
-"""roles/llama_server/files/drain.py on the lab host's real systemd: when the unit it restarts cannot start, it says
+"""specops.host.drain on the lab host's real systemd: when the unit it restarts cannot start, it says
 why (systemd's result and exit status, the unit's journal) on one line, the line the deploy's failure message
 quotes, and exits 1 (seen once under load: "Job ... failed because the control process exited with error code",
 and nothing else to go on)."""

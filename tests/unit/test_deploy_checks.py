@@ -18,6 +18,7 @@ import yaml
 
 from specops.deploycheck import check_host, check_inputs
 from specops.probe import summarize_probe
+from tests.unit.hostcode import argv
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = yaml.safe_load((REPO / "roles/llama_server/meta/argument_specs.yml").read_text())["argument_specs"]["main"][
@@ -242,9 +243,9 @@ def test_key_file_lines_are_refused_in_one_line(flag, message):
 
 
 def _host_facts():
-    from tests.unit.by_path import host_script
+    from specops.host import host_facts
 
-    return host_script("host_facts")
+    return host_facts
 
 
 @pytest.mark.parametrize("data,expected", [
@@ -272,8 +273,8 @@ def test_host_facts_reports_the_key_files_shape_never_the_key(tmp_path):
     key = tmp_path / "api-key"
     key.write_bytes(b"sk-abc123\r\n")
     key.chmod(0o600)
-    out = subprocess.run([sys.executable, str(REPO / "roles/llama_server/files/host_facts.py"), "--key-file",
-                          str(key)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(argv("host_facts", "--key-file", str(key)), capture_output=True, text=True,
+                         check=True).stdout
     assert "sk-abc123" not in out
     facts = json.loads(out)
     assert facts["key_file"]["content"]["cr"] is True and facts["paths"] == {}
@@ -365,8 +366,14 @@ def tree():
 
 
 def _visible():
-    """host_facts with /tmp and /var/tmp visible: the test tree lives there (PrivateTmp= is checked on its own)."""
-    hf = _host_facts()
+    """A copy of host_facts of its own with /tmp and /var/tmp visible: the test tree lives there (PrivateTmp= is
+    checked on its own, with the package's module)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("specops.host.host_facts")
+    assert spec and spec.loader
+    hf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hf)
     hf.HIDDEN = {k: v for k, v in hf.HIDDEN.items() if k not in ("/tmp", "/var/tmp")}
     return hf
 
@@ -443,9 +450,9 @@ def test_protect_home_and_private_tmp_hide_whatever_resolves_there(tree):
 
 def test_host_facts_takes_model_paths_and_groups(tree):
     model = tree / "models" / "t.gguf"
-    out = subprocess.run([sys.executable, str(REPO / "roles/llama_server/files/host_facts.py"),
-                          "--path", f"llama_server_target_model={model}", "--path", "llama_server_draft_model=",
-                          "--group", "no-such-group-here"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(argv("host_facts", "--path", f"llama_server_target_model={model}",
+                              "--path", "llama_server_draft_model=", "--group", "no-such-group-here"),
+                         capture_output=True, text=True, check=True).stdout
     paths = json.loads(out)["paths"]
     assert list(paths) == ["llama_server_target_model"] and paths["llama_server_target_model"]["path"] == str(model)
 
@@ -453,12 +460,13 @@ def test_host_facts_takes_model_paths_and_groups(tree):
 # ---- the probes read the key as llama-server does, and a 401 is one JSON line --------------------------------------
 @pytest.mark.parametrize("script", ["drain", "probe", "speed_probe"])
 def test_the_probes_read_the_key_as_llama_server_does(tmp_path, script):
-    """Each sends the header of hostlib.auth_headers (keyfile.py, llama-server's rule), none a reader of its own."""
-    from tests.unit.by_path import host_script
+    """Each sends the header of hostlib.auth_headers (specops.keyfile, llama-server's rule), none a reader of its
+    own."""
+    import importlib
 
-    module = host_script(script)
+    module = importlib.import_module(f"specops.host.{script}")
     headers = module.auth_headers if hasattr(module, "auth_headers") else module.hostlib.auth_headers
-    assert headers.__module__ == "hostlib" and not hasattr(module, "read_key")
+    assert headers.__module__ == "specops.host.hostlib" and not hasattr(module, "read_key")
     key = tmp_path / "key"
     for data, first in [(b"# comment\n\nk-1\nk-2\n", "k-1"), (b"k-1", "k-1"), (b" k-1 \n", " k-1 "),
                         (b"k-1\r\n", "k-1\r"), (b"# only\n", "")]:
@@ -488,8 +496,8 @@ def test_probe_answers_a_401_with_one_json_line_naming_the_key_file(tmp_path):
     key = tmp_path / "api-key"
     key.write_text("sk-wrong-one\n")
     try:
-        proc = subprocess.run([sys.executable, str(REPO / "roles/llama_server/files/probe.py"), "--url",
-                               f"http://127.0.0.1:{server.server_port}", "--prompt", "x", "--api-key-file", str(key)],
+        proc = subprocess.run(argv("probe", "--url", f"http://127.0.0.1:{server.server_port}", "--prompt", "x",
+                                   "--api-key-file", str(key)),
                               capture_output=True, text=True, timeout=60, check=False)
     finally:
         server.shutdown()
@@ -507,9 +515,7 @@ def test_an_unchanged_unit_whose_process_was_proven_is_not_probed_again(tmp_path
     import http.server
     import threading
 
-    from tests.unit.by_path import host_script
-
-    probe = host_script("probe")
+    from specops.host import probe
     completions = []
 
     class Stand(http.server.BaseHTTPRequestHandler):

@@ -1,4 +1,4 @@
-"""roles/deploy_lock/files/deploy_lock.py and specops.runlock: one deploy at a time per host (issue 40).
+"""specops.host.deploy_lock and specops.runlock: one deploy at a time per host (issue 40).
 
 The host script runs as it does on a host (a subprocess, real files, real flock); two acquirers race for real."""
 
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from specops import runlock
+from tests.unit.hostcode import BARE, argv
 
 pytestmark = pytest.mark.fast
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "deploy_lock" / "files" / "deploy_lock.py"
+SCRIPT = argv("deploy_lock")   # as roles/deploy_lock runs it on a host
 
 
 def me(run: str, **extra) -> str:
@@ -26,7 +27,7 @@ def me(run: str, **extra) -> str:
 
 
 def lock(*args: str, timeout: float = 30) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([*SCRIPT, *args], capture_output=True, text=True, timeout=timeout)
     assert proc.stderr == "" or proc.stderr.startswith("waiting for run "), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -48,7 +49,7 @@ def test_a_free_lock_is_taken_and_a_second_run_is_refused_after_its_timeout_nami
 def test_a_waiting_run_takes_the_lock_as_soon_as_the_holder_releases_it(tmp_path):
     path = str(tmp_path / "deploy.lock")
     assert lock("acquire", "--lock", path, "--me", me("A"), "--timeout", "0")[0] == 0
-    waiter = subprocess.Popen([sys.executable, str(SCRIPT), "acquire", "--lock", path, "--me", me("B"),
+    waiter = subprocess.Popen([*SCRIPT, "acquire", "--lock", path, "--me", me("B"),
                                "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert waiter.stderr.readline().startswith(f"waiting for run A (pid 1 on controller ctl) to release {path}")
     # a release by another run changes nothing
@@ -63,7 +64,7 @@ def test_a_waiting_run_takes_the_lock_as_soon_as_the_holder_releases_it(tmp_path
 
 def test_racing_runs_never_both_take_it(tmp_path):
     path = str(tmp_path / "deploy.lock")
-    procs = [subprocess.Popen([sys.executable, str(SCRIPT), "acquire", "--lock", path, "--me", me(f"R{i}"),
+    procs = [subprocess.Popen([*SCRIPT, "acquire", "--lock", path, "--me", me(f"R{i}"),
                                "--timeout", "0"], stdout=subprocess.PIPE, text=True) for i in range(8)]
     results = [json.loads(p.communicate(timeout=30)[0]) for p in procs]
     winners = [r for r in results if r["acquired"]]
@@ -107,3 +108,30 @@ def test_runlock_knows_a_dead_run_of_this_controller_from_a_live_one():
         child.wait()
     assert runlock.dead_run(other, mine) == other["run_id"]             # gone
     assert runlock.dead_run(None, mine) == "" and runlock.dead_run({"unreadable": True}, mine) == ""
+
+
+def test_the_callback_releases_a_stopped_runs_lock_with_the_zips_deploy_lock(tmp_path, monkeypatch):
+    """plugins/callback/specops_deploy_lock.py releases what a stopped run holds with an ad-hoc
+    ansible.builtin.script of the host-scripts zip (specops.host.deploy_lock, as roles/deploy_lock runs it), built
+    into $SPECOPS_CACHE/host-scripts; that command line releases the lock."""
+    import shlex
+
+    from tests.unit.by_path import load
+
+    path = str(tmp_path / "run" / "deploy.lock")
+    assert lock("acquire", "--lock", path, "--me", me("A"), "--timeout", "0")[0] == 0
+    callback = load("plugins/callback/specops_deploy_lock.py", "specops_deploy_lock_callback")
+    monkeypatch.setenv("SPECOPS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(callback.context, "CLIARGS", {"inventory": ["inv.yml"]})
+    ran: list[list[str]] = []
+    monkeypatch.setattr(callback.subprocess, "run",
+                        lambda cmd, **_kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0, "", ""))
+    assert callback.CallbackModule()._release(["h1"], path, "A") == (0, "")
+    monkeypatch.undo()
+    cmd = ran[0]
+    assert cmd[1:4] == ["h1", "-m", "ansible.builtin.script"] and cmd[-2:] == ["-i", "inv.yml"], cmd
+    script, *args = shlex.split(cmd[cmd.index("-a") + 1])
+    assert Path(script).parent == tmp_path / "cache" / "host-scripts" and Path(script).name.endswith(".pyz")
+    assert args[:2] == ["deploy_lock", "release"], args
+    out = subprocess.run([*BARE, script, *args], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert json.loads(out) == {"released": True} and not Path(path).exists()

@@ -1,4 +1,4 @@
-"""roles/llama_server/files/drain.py on a busy service (issue 63 item 4): new requests are held from the drain's
+"""specops.host.drain on a busy service (issue 63 item 4): new requests are held from the drain's
 first moment by a listener of its own beside the server's (SO_REUSEPORT), so only the requests already in flight must
 finish; the held requests go to the new server once it answers /health, or are answered 503 with Retry-After. Against
 stand-in servers on this machine (real sockets, real signals) that, like llama-server, listen with SO_REUSEPORT, cut
@@ -20,10 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.unit.by_path import host_script
-
-DRAIN = Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "files" / "drain.py"
-drain = host_script("drain")
+from specops.host import drain
+from tests.unit.hostcode import argv
 
 pytestmark = pytest.mark.skipif(not (hasattr(os, "pidfd_open") and hasattr(socket, "SO_REUSEPORT")),
                                 reason="needs Linux pidfds and SO_REUSEPORT")
@@ -191,7 +189,7 @@ def test_a_busy_restart_holds_new_requests_from_the_start_and_cuts_none(service,
         for c in clients:
             c.wait_whole(after=0)
         args = ["--timeout", "30", "--grace", "5", "--health-timeout", "30"]
-        proc = subprocess.run([sys.executable, str(DRAIN), "--unit", "x.service", "--url", service.url, *args,
+        proc = subprocess.run([*argv("drain"), "--unit", "x.service", "--url", service.url, *args,
                                *(["--hold-limit", "0"] if mode == "refuse" else [])],
                               capture_output=True, text=True, env=service.env, timeout=120)
         assert proc.returncode == 0, proc.stderr
@@ -324,7 +322,7 @@ def test_a_drain_stopped_while_it_holds_hands_its_connections_back_to_the_server
 
     threading.Thread(target=stream, daemon=True).start()
     time.sleep(0.5)
-    proc = subprocess.Popen([sys.executable, str(DRAIN), "--unit", "x.service", "--url", service.url,
+    proc = subprocess.Popen([*argv("drain"), "--unit", "x.service", "--url", service.url,
                              "--timeout", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=service.env)
     time.sleep(1.5)                      # the hold has begun: a new request waits in the drain's queue

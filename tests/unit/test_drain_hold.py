@@ -1,4 +1,4 @@
-"""roles/llama_server/files/drain.py's hold (issue 51 item 2): once the slots are idle, no new request reaches the
+"""specops.host.drain's hold (issue 51 item 2): once the slots are idle, no new request reaches the
 server before its signal, and the signal goes only when no client connection is left. Against a stand-in server
 process on this machine (real sockets, real signals) that, like llama-server, cuts every answer in flight the moment
 it is signalled, and whose /slots always says idle: the worst look (a request it has not handed to a slot yet)."""
@@ -16,15 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from tests.unit.by_path import host_script
-
-DRAIN = Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "files" / "drain.py"
-drain = host_script("drain")
+from specops.host import drain
+from tests.unit.hostcode import argv
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")
 
@@ -291,7 +288,7 @@ def test_the_drain_script_holds_through_a_request_begun_in_the_window_and_says_s
     fake.write_text('#!/bin/sh\ncase "$1" in show) echo "MainPID=$STANDIN_PID";; esac\nexit 0\n')
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "STANDIN_PID": str(standin.proc.pid)}
-    proc = subprocess.Popen([sys.executable, str(DRAIN), "--action", "stop", "--unit", "x.service", "--url",
+    proc = subprocess.Popen([*argv("drain"), "--action", "stop", "--unit", "x.service", "--url",
                              standin.url, "--timeout", "20", "--grace", "5", "--hold", hold,
                              "--pause-after-look", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)

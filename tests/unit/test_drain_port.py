@@ -1,13 +1,11 @@
-"""roles/llama_server/files/drain.py's wait for a free port (an upgrade: the new build binds only when the old
+"""specops.host.drain's wait for a free port (an upgrade: the new build binds only when the old
 build's connections have left the port), against real sockets of this machine."""
 
 import socket
 import threading
 import time
 
-from tests.unit.by_path import host_script
-
-drain = host_script("drain")
+from specops.host import drain
 
 
 def test_a_listening_socket_and_its_connections_are_seen_and_the_port_is_free_once_they_are_gone():

@@ -1,13 +1,15 @@
-"""The API key file as a symlink: host_facts.py stats the target (what llama-server reads), and the deploy's one-line
-refusal (the ``specops_host_problems`` filter) says the path is a symlink, names its target, and fixes the target."""
+"""The API key file as a symlink: specops.host.host_facts stats the target (what llama-server reads), and the deploy's
+one-line refusal (the ``specops_host_problems`` filter) says the path is a symlink, names its target, and fixes the
+target."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.unit.hostcode import argv
 
 REPO = Path(__file__).resolve().parents[2]
 OURS = ["llama-server-speculative.service", "llama-server-baseline.service"]
@@ -23,8 +25,8 @@ def host_problems() -> object:
 
 
 def facts_of(key: Path) -> dict:
-    out = subprocess.run([sys.executable, str(REPO / "roles/llama_server/files/host_facts.py"), "--key-file",
-                          str(key)], capture_output=True, text=True, check=True, timeout=60).stdout
+    out = subprocess.run(argv("host_facts", "--key-file", str(key)), capture_output=True, text=True, check=True,
+                         timeout=60).stdout
     return json.loads(out)
 
 

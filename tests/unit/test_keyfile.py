@@ -1,6 +1,6 @@
 """One reader of API key files (issue 53, item 3): specops.keyfile follows llama-server's own rule, and the tune,
-the exporter, the soak and the host scripts all read the file through it (the host scripts through hostlib.py, in
-the zip the deploy ships).
+the exporter, the soak and the host scripts all read the file through it (the host scripts through specops.host.hostlib,
+in the zip the deploy ships).
 
 The rule, llama.cpp 0c1e57098 (the pinned commit), common/arg.cpp:3502-3518 (``--api-key-file``)::
 
@@ -17,21 +17,21 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import json
 import re
 import subprocess
-import sys
+import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from specops import keyfile
 from specops.cli import build_parser
 from specops.exporter.config import ConfigError
 from specops.soak.config import SoakConfigError
 from specops.tune import quiet
-from tests.unit.by_path import HOST_FILES, host_script, host_scripts_zip
+from tests.unit.hostcode import BARE, argv, zip_path
 
 REPO = Path(__file__).resolve().parents[2]
 BOM = "\xef\xbb\xbf"   # a UTF-8 byte-order mark's three bytes, one character per byte as keyfile returns a key
@@ -108,19 +108,24 @@ def test_a_clients_key_is_the_first_and_a_bad_one_is_one_line_without_the_key(tm
 
 
 # ---- one module: the package's, shipped to the host as it is ------------------------------------------------------
+HOST = REPO / "src" / "specops" / "host"
+
+
 def test_the_host_scripts_read_the_packages_module_not_a_copy() -> None:
-    beside = HOST_FILES / "keyfile.py"
-    assert beside.is_symlink() and beside.resolve() == (REPO / "src" / "specops" / "keyfile.py").resolve()
+    """No second key reader, no link to this one: the host code imports specops.keyfile, and the zip the deploy
+    ships holds that very file."""
+    assert not [p for p in [*REPO.glob("roles/**/*.py"), *HOST.glob("*.py")] if p.name == "keyfile.py"]
     tree = ast.parse((REPO / "src" / "specops" / "keyfile.py").read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= {"__future__", "os"}, imported   # the host has the standard library only
+    with zipfile.ZipFile(zip_path()) as zf:
+        assert zf.read("specops/keyfile.py") == (REPO / "src" / "specops" / "keyfile.py").read_bytes()
 
 
 def _host_sources() -> dict[str, str]:
-    """The host scripts' own files (keyfile.py, a link to the package's module, left out)."""
-    return {p.relative_to(REPO).as_posix(): p.read_text() for p in sorted((REPO / "roles").glob("*/files/*.py"))
-            if not p.is_symlink()}
+    """The host code's own files (specops.host)."""
+    return {p.relative_to(REPO).as_posix(): p.read_text() for p in sorted(HOST.glob("*.py"))}
 
 
 def test_no_copy_of_the_shared_code_is_left_between_the_host_scripts() -> None:
@@ -130,8 +135,8 @@ def test_no_copy_of_the_shared_code_is_left_between_the_host_scripts() -> None:
                "busy count": r"isinstance\(s, dict\) and s\.get\(\"is_processing\"\)"}
     where = {name: [path for path, text in _host_sources().items() if re.search(pattern, text)]
              for name, pattern in markers.items()}
-    assert where == {"key reader": [], "tcp scan": ["roles/llama_server/files/hostlib.py"],
-                     "busy count": ["roles/llama_server/files/hostlib.py"]}, where
+    assert where == {"key reader": [], "tcp scan": ["src/specops/host/hostlib.py"],
+                     "busy count": ["src/specops/host/hostlib.py"]}, where
     assert re.search(markers["key reader"], (REPO / "src/specops/keyfile.py").read_text())
 
 
@@ -142,73 +147,32 @@ def test_no_copy_of_the_shared_code_is_left_between_the_host_scripts() -> None:
     ("host_facts", ["keyfile.keys_in", "keyfile.flaws", "tcp_rows"]),
 ])
 def test_the_scripts_use_the_shared_modules(script: str, shared: list[str]) -> None:
-    module = host_script(script)
+    module = importlib.import_module(f"specops.host.{script}")
     for name in shared:
         found = functools.reduce(getattr, name.split("."), module)
-        assert found.__module__ in ("hostlib", "keyfile"), (script, name, found.__module__)
+        assert found.__module__ in ("specops.host.hostlib", "specops.keyfile"), (script, name, found.__module__)
 
 
 # ---- the zip the deploy ships: what runs on the host --------------------------------------------------------------
-@pytest.fixture(scope="module")
-def shipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("zip") / "host-scripts.pyz"
-    path.write_bytes(host_scripts_zip())
-    return path
-
-
-def test_the_zip_runs_a_script_with_its_shared_modules(shipped: Path, tmp_path: Path) -> None:
+def test_the_zip_runs_a_script_with_its_shared_modules(tmp_path: Path) -> None:
     key = tmp_path / "api-key"
     key.write_bytes(b"# keys\nsk-one\r\nsk-two\n")
     key.chmod(0o600)
-    out = subprocess.run([sys.executable, str(shipped), "host_facts", "--key-file", str(key)], capture_output=True,
-                         text=True, check=True, timeout=60, cwd=tmp_path).stdout
+    out = subprocess.run(argv("host_facts", "--key-file", str(key)), capture_output=True, text=True, check=True,
+                         timeout=60, cwd=tmp_path).stdout
     content = json.loads(out)["key_file"]["content"]
     assert content == {"lines": 3, "keys": 2, "empty": False, "cr": True, "edge_whitespace": False,
                        "nonprintable": False}
     assert "sk-one" not in out
-    usage = subprocess.run([sys.executable, str(shipped), "drain", "--help"], capture_output=True, text=True,
-                           check=True, timeout=60, cwd=tmp_path).stdout
+    usage = subprocess.run(argv("drain", "--help"), capture_output=True, text=True, check=True, timeout=60,
+                           cwd=tmp_path).stdout
     assert usage.startswith("usage: drain.py") and "--api-key-file" in usage
 
 
-def test_the_zip_without_a_script_says_how_to_run_it(shipped: Path, tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(shipped)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+def test_the_zip_without_a_script_says_how_to_run_it(tmp_path: Path) -> None:
+    proc = subprocess.run([*BARE, str(zip_path())], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                           check=False)
     assert proc.returncode == 1 and proc.stderr.startswith("usage: python3 <host scripts zip> SCRIPT")
-
-
-def _script_tasks() -> list[tuple[str, str]]:
-    """(task file, cmd) of every ansible.builtin.script task in the roles."""
-    found = []
-
-    def walk(node: object, path: str) -> None:
-        if isinstance(node, list):
-            for item in node:
-                walk(item, path)
-        elif isinstance(node, dict):
-            script = node.get("ansible.builtin.script")
-            if isinstance(script, dict):
-                found.append((path, str(script.get("cmd", ""))))
-            for key in ("block", "rescue", "always"):
-                walk(node.get(key), path)
-
-    for path in sorted((REPO / "roles").glob("*/tasks/*.yml")):
-        walk(yaml.safe_load(path.read_text()), path.relative_to(REPO).as_posix())
-    return found
-
-
-def test_a_script_that_imports_shared_modules_runs_from_the_zip() -> None:
-    """ansible.builtin.script ships one file: a script that imports hostlib or keyfile must run from the zip
-    (tasks/host_scripts.yml), never alone."""
-    sharing = {p.stem for p in HOST_FILES.glob("*.py")
-               if re.search(r"^(import|from) (hostlib|keyfile)\b", p.read_text(), re.M)}
-    assert {"drain", "probe", "speed_probe", "host_facts", "hostlib"} <= sharing, sharing
-    tasks = _script_tasks()
-    alone = [(path, name) for path, cmd in tasks for name in sharing if re.search(rf"\b{name}\.py\b", cmd)]
-    assert not alone, alone
-    zipped = {m.group(1) for _, cmd in tasks
-              if (m := re.match(r"\{\{ _llama_server_host_scripts \| quote \}\} (\w+) ", cmd))}
-    assert zipped == {"drain", "host_facts", "probe", "speed_probe"}, zipped
 
 
 # ---- the tune, the exporter and the soak send the first key ------------------------------------------------------

@@ -49,7 +49,7 @@ def forbidden() -> set[str]:
 
 
 def scanned_files() -> list[Path]:
-    files = [*(ROOT / "src").rglob("*.py"), *(ROOT / "roles").glob("*/files/*.py"), *(ROOT / "plugins").rglob("*.py")]
+    files = [*(ROOT / "src").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]
     return sorted(f for f in files if f != ROOT / "src" / "specops" / "knobs.py")
 
 
@@ -119,19 +119,17 @@ OTHER_PROGRAMS = {
     "src/specops/commands/exporter.py": (("--timeout", "--api-key-file"),
                                          ("roles/exporter/templates/specops-exporter.service.j2",)),
     "src/specops/commands/fetch_model.py": (("--models-dir",), ("roles/models/tasks/fetch.yml",)),
-    "roles/deploy_lock/files/deploy_lock.py": (("--timeout",), ("roles/deploy_lock/tasks/acquire.yml",)),
-    "roles/loadbalancer/files/haproxy_admin.py": (("--timeout",), ("roles/loadbalancer/tasks/drain.yml",)),
-    "roles/llama_server/files/host_facts.py": (("--port", "--path"), ("roles/llama_server/tasks/inputs.yml",
-                                                                     "roles/tabbyapi/tasks/inputs.yml")),
-    "roles/llama_server/files/drain.py": (("--timeout", "--api-key-file"),
-                                          ("roles/llama_server/tasks/restart.yml",
-                                           "roles/llama_server/tasks/speedgate.yml")),
-    "roles/llama_server/files/speed_probe.py": (("--timeout", "--api-key-file"),
-                                                ("roles/llama_server/tasks/speedgate.yml",)),
-    "roles/llama_server/files/wait_healthy.py": (("--timeout",), ("roles/llama_server/tasks/rollback.yml",
-                                                                  "roles/llama_server/tasks/verify.yml",
-                                                                  "roles/systemd_unit/tasks/apply.yml")),
-    "roles/llama_server/files/probe.py": (("--api-key-file",), ("roles/llama_server/tasks/verify.yml",)),
+    "src/specops/host/deploy_lock.py": (("--timeout",), ("roles/deploy_lock/tasks/acquire.yml",)),
+    "src/specops/host/haproxy_admin.py": (("--timeout",), ("roles/loadbalancer/tasks/drain.yml",)),
+    "src/specops/host/host_facts.py": (("--port", "--path"), ("roles/llama_server/tasks/inputs.yml",
+                                                              "roles/tabbyapi/tasks/inputs.yml")),
+    "src/specops/host/drain.py": (("--timeout", "--api-key-file"), ("roles/llama_server/tasks/restart.yml",
+                                                                    "roles/llama_server/tasks/speedgate.yml")),
+    "src/specops/host/speed_probe.py": (("--timeout", "--api-key-file"), ("roles/llama_server/tasks/speedgate.yml",)),
+    "src/specops/host/wait_healthy.py": (("--timeout",), ("roles/llama_server/tasks/rollback.yml",
+                                                          "roles/llama_server/tasks/verify.yml",
+                                                          "roles/systemd_unit/tasks/apply.yml")),
+    "src/specops/host/probe.py": (("--api-key-file",), ("roles/llama_server/tasks/verify.yml",)),
 }
 # keys whose values are prose for people (task names, argument specs' descriptions, messages), as docstrings are
 PROSE_KEYS = {"name", "description", "msg", "fail_msg", "success_msg"}

@@ -1,5 +1,5 @@
 """roles/loadbalancer against a real HAProxy (the Debian package) in front of two stand-in HTTP servers: the
-rendered haproxy.cfg passes `haproxy -c`, and files/haproxy_admin.py drains a server (waiting for the stream it
+rendered haproxy.cfg passes `haproxy -c`, and specops.host.haproxy_admin drains a server (waiting for the stream it
 serves to finish, while new requests go to the other one) and puts it back (waiting for its health check)."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,10 +19,10 @@ import jinja2
 import pytest
 import yaml
 
+from tests.unit.hostcode import argv
 from tests.unit.standin_http import StandInHTTPServer
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "loadbalancer"
-ADMIN = ROLE / "files" / "haproxy_admin.py"
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 
 pytestmark = pytest.mark.skipif(not Path(HAPROXY).exists(), reason="haproxy is not installed (scripts/bootstrap)")
@@ -112,7 +111,7 @@ def balanced(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, Stand_in]]]:
 
 
 def admin(sock: Path, server: str, *args: str) -> dict:
-    run = subprocess.run([sys.executable, str(ADMIN), "--socket", str(sock), "--backend", "llama_servers",
+    run = subprocess.run([*argv("haproxy_admin"), "--socket", str(sock), "--backend", "llama_servers",
                           "--server", server, *args], capture_output=True, text=True, timeout=120)
     if run.returncode != 0:
         return {"rc": run.returncode, "stderr": run.stderr}

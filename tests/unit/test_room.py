@@ -7,19 +7,18 @@ import base64
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from specops import room
 from specops.speedgate import read_record
+from tests.unit.hostcode import argv
 from tests.unit.synthgguf import write_gguf
 
 pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parents[2]
-DISK_FACTS = REPO / "roles" / "llama_server" / "files" / "disk_facts.py"
 MIB = 1 << 20
 
 
@@ -58,7 +57,7 @@ def test_disk_facts_reads_the_nearest_existing_directory_and_what_is_already_the
     (tmp_path / "m" / "a.gguf").write_bytes(b"x" * 1000)
     items = [{"what": "a", "variable": "v", "dir": str(tmp_path / "m"), "file": "a.gguf", "size": 1000},
              {"what": "b", "variable": "v", "dir": str(tmp_path / "not" / "yet"), "file": "b.gguf", "size": 5}]
-    out = json.loads(subprocess.run([sys.executable, str(DISK_FACTS), json.dumps(items)], capture_output=True,
+    out = json.loads(subprocess.run(argv("disk_facts", json.dumps(items)), capture_output=True,
                                     text=True, check=True).stdout)["items"]
     vfs = os.statvfs(tmp_path)
     assert [i["present_size"] for i in out] == [1000, None]

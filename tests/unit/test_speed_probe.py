@@ -1,4 +1,4 @@
-"""roles/llama_server/files/speed_probe.py against two stand-in servers whose /slots tell the truth about their
+"""specops.host.speed_probe against two stand-in servers whose /slots tell the truth about their
 requests: the probe measures a pair only while nobody else's request runs, discards and retries a pair another
 request ran beside, and gives up at its idle deadline -- which the judge turns into "unproven", never a verdict.
 (Stand-ins: the gate's rules are about what /slots says; the real server is exercised by the deploy tests.)"""
@@ -12,13 +12,11 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 from specops.speedgate import judge, message
-
-PROBE = Path(__file__).resolve().parents[2] / "roles/llama_server/files/speed_probe.py"
+from tests.unit.hostcode import argv
 
 
 class _Joined(ThreadingHTTPServer):
@@ -102,7 +100,7 @@ def servers() -> Iterator[tuple[Server, Server]]:
 
 def run_probe(a: Server, b: Server, prompts: int, idle_timeout: float, *extra: str) -> dict:
     what = ["--prompts", json.dumps([f"prompt {i}" for i in range(prompts)])] if prompts else []
-    out = subprocess.run([sys.executable, str(PROBE), "--url", a.url, "--url", b.url, *what, "--tokens", "32",
+    out = subprocess.run([*argv("speed_probe"), "--url", a.url, "--url", b.url, *what, "--tokens", "32",
                           "--timeout", "30",
                           "--idle-timeout", str(idle_timeout), "--watch-interval", "0.05", *extra],
                          capture_output=True, text=True, timeout=120, check=True)

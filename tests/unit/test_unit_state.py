@@ -1,15 +1,8 @@
-"""roles/llama_server/files/unit_state.py: what runs against what systemd would start now (the unit on disk)."""
+"""specops.host.unit_state: what runs against what systemd would start now (the unit on disk)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SPEC = importlib.util.spec_from_file_location(
-    "unit_state", Path(__file__).resolve().parents[2] / "roles/llama_server/files/unit_state.py")
-assert SPEC and SPEC.loader
-unit_state = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(unit_state)
+from specops.host import unit_state
 
 # as `systemctl show` prints it (specifiers expanded, arguments joined by single spaces)
 EXEC = ("{ path=/opt/llama.cpp/b1/bin/llama-server ; argv[]=/opt/llama.cpp/b1/bin/llama-server --model "

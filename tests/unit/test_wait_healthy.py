@@ -1,20 +1,19 @@
-"""roles/llama_server/files/wait_healthy.py: a failed start is reported with the journal lines that say why (one
+"""specops.host.wait_healthy: a failed start is reported with the journal lines that say why (one
 line), the journal is that of the runs it watched, and a rollback polls the host and port of the unit it restored."""
 
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import json
 import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from specops.host import wait_healthy as wh
 from specops.knobs import knob
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,16 +21,6 @@ FIX = REPO / "tests" / "fixtures" / "llama-server-0c1e57098"
 UNIT = "llama-server-speculative"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("wait_healthy", REPO / "roles" / "llama_server" / "files" /
-                                                  "wait_healthy.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-wh = _load()
 # the spellings the role passes from the knob table (--host-flag / --port-flag)
 FLAGS = (list(knob("host").own_spellings), list(knob("port").own_spellings))
 CLI_FLAGS = [f"--host-flag={f}" for f in FLAGS[0]] + [f"--port-flag={f}" for f in FLAGS[1]]

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Free space where the deploy will write, read on the host (standard library only; reads, never writes).
 
   disk_facts.py ITEMS_JSON    ITEMS_JSON: [{"what", "variable", "dir", "file", "size"}, ...]
@@ -10,6 +9,7 @@ of ``dir/file`` when it is already there (None otherwise). Prints {"items": [...
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -29,9 +29,12 @@ def mount_of(path: str) -> str:
     return path
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("items", metavar="ITEMS_JSON", help='[{"what", "variable", "dir", "file", "size"}, ...]')
+    args = ap.parse_args(argv)
     out = []
-    for item in json.loads(argv[1]):
+    for item in json.loads(args.items):
         base = existing(item["dir"])
         vfs = os.statvfs(base)
         target = os.path.join(item["dir"], item["file"]) if item.get("file") else ""
@@ -43,4 +46,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

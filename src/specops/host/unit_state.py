@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Does the running service run the unit on disk? (standard library only; changes nothing but a
 ``systemctl daemon-reload`` under ``--reload-if-needed``)
 
@@ -9,6 +8,8 @@ prints JSON: {"active", "need_daemon_reload", "main_pid", "invocation", "cmdline
 ``matches`` is null when nothing runs. systemd shows ExecStart's argv with specifiers expanded and its
 arguments joined by single spaces, so the process's arguments are compared joined the same way.
 """
+
+from __future__ import annotations
 
 import argparse
 import json

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Take one server of an HAProxy backend out of the pool and put it back, through HAProxy's runtime API.
 
   haproxy_admin.py --socket /run/haproxy/admin.sock --backend llama_servers --server web1 drain --timeout 300

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """One deploy at a time on this host: a lock file naming its holder (run id, controller, PID, start time).
 
 Run by the deploy_lock role with Ansible's ``script`` module on the host (standard library only).

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run the compile and keep a one-line progress summary in a file while it runs.
 
 Ansible shows a task's output only when it ends, and a cold llama.cpp compile takes ~9 minutes on 2 cores.
@@ -7,6 +6,8 @@ This wrapper (standard library only) runs the command, follows ninja's ``[n/N]``
 let ``scripts/demo`` print it. On exit it prints the last lines of the output for Ansible and exits with the
 command's status.
 """
+
+from __future__ import annotations
 
 import argparse
 import collections

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What the deploy preflight needs to know from the host, read without changing anything (stdlib only):
 the API key file's stat (its target's, and the target named, when it is a symlink) and the shape of its lines
 (never the key), which process, in which systemd unit, listens on each port, and whether the service user can
@@ -18,8 +17,8 @@ import pwd
 import re
 import stat
 
-import keyfile
-from hostlib import tcp_rows
+from specops import keyfile
+from specops.host.hostlib import tcp_rows
 
 # what the unit hides from the service: ProtectHome=yes, PrivateTmp=yes
 HIDDEN = {"/home": "protect-home", "/root": "protect-home", "/run/user": "protect-home",
@@ -79,7 +78,7 @@ def tokens_file(path: str) -> dict | None:
 
 
 def key_lines(data: bytes) -> dict:
-    """The shape of a key file as llama-server reads it (keyfile.py: its rule, from llama.cpp's source), never the
+    """The shape of a key file as llama-server reads it (specops.keyfile: its rule, from llama.cpp's source), never the
     key: how many lines and keys, whether it has a CR anywhere, and whether a key has white space at an end or a
     character that is not printable ASCII (no HTTP client could send it)."""
     lines = data.split(b"\n")

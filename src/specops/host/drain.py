@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Restart (or stop) a llama-server unit without cutting a request it is writing (standard library only).
 
 llama-server stops generating the moment it is told to stop: a stream in flight is cut. So the drain keeps every new
@@ -87,8 +86,10 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
+from typing import NoReturn
 
-from hostlib import auth_headers, busy_slots, tcp_listeners, tcp_rows
+from specops.host.hostlib import auth_headers, busy_slots, tcp_listeners, tcp_rows
 
 
 def look(url: str, headers: dict) -> tuple[int | None, int | None]:
@@ -384,10 +385,10 @@ class Interrupted(Exception):
 
 
 @contextlib.contextmanager
-def interruptible():
+def interruptible() -> Iterator[None]:
     """SIGHUP, SIGINT and SIGTERM raise Interrupted in here, so that a hold is undone on the way out (a stopped
     process continued, filters taken off) instead of outliving the drain."""
-    def stop(signum, _frame):
+    def stop(signum: int, _frame: object) -> NoReturn:
         raise Interrupted(signal.Signals(signum).name)
     saved = {s: signal.signal(s, stop) for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)}
     try:
@@ -397,7 +398,7 @@ def interruptible():
             signal.signal(s, handler)
 
 
-def hold_then_stop(args, pid: int, pidfd: int, port: int, headers: dict, mine: collections.deque,
+def hold_then_stop(args: argparse.Namespace, pid: int, pidfd: int, port: int, headers: dict, mine: collections.deque,
                    deadline: float, out: dict) -> tuple[int, bool]:
     """After an idle look: keep new requests from the server and SIGTERM it once it has no client connection.
     Returns (slots busy when it gave up waiting for idle slots again, whether the process exited within the grace);
@@ -522,7 +523,7 @@ def can_migrate() -> bool:
 
 
 @contextlib.contextmanager
-def migrating():
+def migrating() -> Iterator[bool]:
     """tcp_migrate_req on (yields whether it is), as it was again afterwards."""
     try:
         with open(MIGRATE) as fh:
@@ -595,7 +596,8 @@ class Hold:
     """The drain's listener in the old server's SO_REUSEPORT group (above). ``held``: connections handed to the new
     server; ``refused``: answered here 503 with Retry-After."""
 
-    def __init__(self, sock: socket.socket, address: str, port: int, uid: int, mine: int, args) -> None:
+    def __init__(self, sock: socket.socket, address: str, port: int, uid: int, mine: int,
+                 args: argparse.Namespace) -> None:
         self.sock, self.address, self.port, self.uid = sock, address, port, uid
         parts = urllib.parse.urlsplit(args.url)   # where the drain's own looks go
         self.host, self.target = parts.netloc, socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)[0]
@@ -612,7 +614,7 @@ class Hold:
         sock.setblocking(False)
 
     @classmethod
-    def begin(cls, pid: int, port: int, args) -> tuple[Hold | None, str]:
+    def begin(cls, pid: int, port: int, args: argparse.Namespace) -> tuple[Hold | None, str]:
         """Join the group of ``pid``'s listener on ``port`` and take its new connections; (None, why) where not."""
         fds = socket_fds(pid)
         own = [x for x in tcp_listeners(port, pid) if x.inode in fds]
@@ -794,7 +796,7 @@ def signal_frozen(pid: int, pidfd: int) -> bool:
         thaw(pidfd)
 
 
-def restart_held(args, hold: Hold, pid: int, pidfd: int, port: int, headers: dict, deadline: float,
+def restart_held(args: argparse.Namespace, hold: Hold, pid: int, pidfd: int, port: int, headers: dict, deadline: float,
                  out: dict) -> int:
     """New requests held from the first moment; the requests in flight waited for (until ``deadline``); the
     signal, the stop and the start; the held requests handed to the new server once it answers /health."""
@@ -888,7 +890,7 @@ def report(out: dict) -> int:
     return 0
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--unit", required=True)
     ap.add_argument("--url", required=True)
@@ -919,7 +921,11 @@ def main() -> int:
     ap.add_argument("--pause-after-look", type=float, default=0,
                     help="for tests: seconds between the idle look and the hold (filters, freeze), said on stderr (a "
                          "request begun then must still be answered whole)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
     headers = auth_headers(args.api_key_file)
     port = urllib.parse.urlsplit(args.url).port or 80
     main_pid = unit_props(args.unit, "MainPID").get("MainPID", "")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Prove llama-server speculates: /metrics before and after, /slots, and (when needed) one probe completion.
 
 Runs on the managed host (standard library only) and prints the raw answers as JSON; the controller parses
@@ -13,6 +12,8 @@ answer within what is left of S (it would otherwise queue behind a long answer o
 which: traffic, earlier, probe or unproven.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import os
@@ -23,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 
-from hostlib import auth_headers
+from specops.host.hostlib import auth_headers
 
 DRAFTED = re.compile(r"^llamacpp:spec_decode_num_draft_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 

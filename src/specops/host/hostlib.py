@@ -1,8 +1,8 @@
 """What the host scripts share (standard library only): the API key header they send, how many of llama-server's
 slots are busy in a /slots answer, and the kernel's TCP tables (connections and listening sockets).
 
-It sits beside them here and in the zip the deploy ships (tasks/host_scripts.yml), as does keyfile.py (a link to
-src/specops/keyfile.py: llama-server's own rule for --api-key-file, and the one reader of that file kind)."""
+The key comes from specops.keyfile (llama-server's own rule for --api-key-file, and the one reader of that file
+kind); both go to the host in the zip the deploy ships (specops.hostzip)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import socket
 import sys
 from typing import NamedTuple
 
-from keyfile import first_key
+from specops.keyfile import first_key
 
 
 def auth_headers(key_file: str | None) -> dict[str, str]:
-    """The Authorization header with the first key of ``key_file`` as llama-server reads the file (keyfile.py;
+    """The Authorization header with the first key of ``key_file`` as llama-server reads the file (specops.keyfile;
     the deploy's first play refuses a file whose first key no client can send); {} without a file."""
     return {"Authorization": f"Bearer {first_key(key_file)}"} if key_file else {}
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Wait until a systemd-managed llama-server answers /health, or fail fast when it crashes.
 
 Runs on the managed host with the standard library only. Exit 0 when healthy; 1 otherwise, with a one-line

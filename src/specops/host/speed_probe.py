@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Paired speed probes on the managed host: the same prompts sent to two llama-servers in turn.
 
 Runs on the host (standard library only) and prints the raw answers as JSON; the controller judges them
@@ -25,6 +24,8 @@ aggregate tokens/s at N streams (every stream's tokens over the batch's wall tim
 "nobody else's request" means no more than our N on the measured server.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import math
@@ -35,7 +36,7 @@ import time
 import urllib.error
 import urllib.request
 
-import hostlib
+from specops.host import hostlib
 
 
 def post(url: str, body: dict, headers: dict, timeout: float) -> dict:
@@ -100,7 +101,7 @@ class Watch:
                     self.foreign[url] = max(self.foreign.get(url, 0), extra)
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "Watch":
+    def __enter__(self) -> Watch:
         self._thread.start()
         return self
 
@@ -197,7 +198,7 @@ def batch(url: str, chats: list, tokens: int, headers: dict, timeout: float) -> 
             "draft_n_accepted": sum(int(t.get("draft_n_accepted") or 0) for t in timings)}
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", action="append", required=True, help="server to probe (one or two)")
     ap.add_argument("--prompts", help="JSON list of prompts (each sent as one user message)")
@@ -218,9 +219,28 @@ def main() -> int:
     ap.add_argument("--max-spread", type=float, default=0.0,
                     help="with two servers: measure more pairs while the interval's high ÷ low exceeds this")
     args = ap.parse_args()
-    headers = hostlib.auth_headers(args.api_key_file)
     if not args.tasks and not args.prompts:
         ap.error("give --prompts or --tasks")
+    return args
+
+
+def warm_up(urls: list[str], headers: dict[str, str], timeout: float) -> str:
+    """One short request to each server (the first requests after a start are slow); why one failed, or ''."""
+    # no "cache_prompt": false: llama.cpp builds of 2025 (4227c9be4) do not speculate on such a request, and the
+    # gate would time plain decoding twice. Prompts are never repeated to a server, so nothing but the chat
+    # template's first tokens can come from the prompt cache, in both arms alike.
+    body = {"n_predict": 16, "temperature": 0.0, "seed": 42}
+    for url in urls:
+        try:
+            post(url + "/completion", {**body, "prompt": "Warm-up."}, headers, timeout)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return f"the warm-up request to {url} failed: {reason(exc, timeout)}"
+    return ""
+
+
+def main() -> int:
+    args = parse_args()
+    headers = hostlib.auth_headers(args.api_key_file)
     prompts = (task_chats(args.tasks, args.task_count) if args.tasks
                else [[{"role": "user", "content": p}] for p in json.loads(args.prompts)])
     deadline = time.monotonic() + args.timeout
@@ -230,17 +250,10 @@ def main() -> int:
     streams = max(1, args.streams)
     out: dict = {"urls": args.url, "tokens": args.tokens, "streams": streams, "requests": [], "contended": [],
                  "idle_waited_s": 0.0, "slots_unavailable": False, "gave_up": ""}
-    # no "cache_prompt": false: llama.cpp builds of 2025 (4227c9be4) do not speculate on such a request, and the
-    # gate would time plain decoding twice. Prompts are never repeated to a server, so nothing but the chat
-    # template's first tokens can come from the prompt cache, in both arms alike.
-    body = {"n_predict": 16, "temperature": 0.0, "seed": 42}
-    for url in args.url:  # warm-up: first requests after a start are slow
-        try:
-            post(url + "/completion", {**body, "prompt": "Warm-up."}, headers, args.timeout)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            out["gave_up"] = f"the warm-up request to {url} failed: {reason(exc, args.timeout)}"
-            print(json.dumps(out))
-            return 0
+    out["gave_up"] = warm_up(args.url, headers, args.timeout)
+    if out["gave_up"]:
+        print(json.dumps(out))
+        return 0
     spent = 0.0  # waiting for idle servers and measuring pairs that were then discarded
 
     def left() -> float:

@@ -1,1 +1,0 @@
-../../../src/specops/keyfile.py
