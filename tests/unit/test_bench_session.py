@@ -94,11 +94,12 @@ def test_the_tune_takes_the_results_the_library_returns(tmp_path: Path, monkeypa
     tune_command.add_arguments(p)
     args = p.parse_args(["--target", "t.gguf"])
     leash = SimpleNamespace(measured=lambda rc: None)
-    s = SimpleNamespace(prefix=tmp_path, work=tmp_path / "work", open=[], left=lambda: 600.0, shares=None,
+    s = SimpleNamespace(prefix=tmp_path, work=tmp_path / "work", left=lambda: 600.0, shares=None,
                         meter=SimpleNamespace(update=lambda *a: None, leash=leash))
-    out = measure.measure(s, args, ["exact-ngram-mod"])  # type: ignore[arg-type]
+    out, said = measure.measure(s, args, ["exact-ngram-mod"])  # type: ignore[arg-type]
     assert out == {"summary": {}, "blocks": [], "outcome": {"ended": "done"}} and not (tmp_path / "work").exists()
+    assert said == []
     assert asked[0].arms == "exact-ngram-mod" and asked[0].assets == tmp_path / "work" / "measure-assets"
     monkeypatch.setattr(session, "measure", lambda opts, progress=None, say=None: session.BenchOutcome(1, "broke"))
-    assert measure.measure(s, args, ["exact-ngram-mod"]) is None  # type: ignore[arg-type]
-    assert s.open == [f"the side-by-side measurement ended with exit 1: see {tmp_path / 'work' / 'measure'}"]
+    assert measure.measure(s, args, ["exact-ngram-mod"]) == (  # type: ignore[arg-type]
+        None, [f"the side-by-side measurement ended with exit 1: see {tmp_path / 'work' / 'measure'}"])

@@ -17,7 +17,7 @@ from specops.bench.arms import parse_arm
 from specops.bench.costmodel import Run, StepCosts
 from specops.bench.stats import Interval
 from specops.knobs import NGRAM_TYPES, knob
-from specops.tune import decide, predict, price, probes, probing, record
+from specops.tune import decide, predict, price, probes, record
 from specops.tune.deploy import scope
 from specops.tune.result import profile_vars
 
@@ -147,18 +147,18 @@ def test_a_made_up_kind_goes_through_every_step(lookahead):
                                                 **kinds.EXACT_NUMERICS}
     assert profile_vars("exact-la-n3") == {"llama_server_spec_type": "ngram-map-k", "llama_server_draft_n_max": 3}
     # probes: its longest (always) and its shortest
-    s = SimpleNamespace(names=names, ngram_probes=False, open=[], lengths=[3, 6])
-    assert probing.probe_names(s) == [probes.PLAIN_ARM, "exact-la-n6", "exact-la-n3"]
+    s = SimpleNamespace(names=names, ngram_probes=False, lengths=[3, 6])
+    assert probes.probe_names(s) == [probes.PLAIN_ARM, "exact-la-n6", "exact-la-n3"]
     assert kinds.essential(names) == ["exact-la-n6"]
     # the ceiling prices no draft model for it and rules nothing of it out
     assert price.priced_draft(names) == []
-    assert price.pruned(SimpleNamespace(names=names), argparse.Namespace(draft=None, measure_all=False,
-                                                                         probe_all=False), StepCosts(0.1, {})) == {}
+    no_draft = argparse.Namespace(draft=None, measure_all=False, probe_all=False)
+    assert price.pruned(SimpleNamespace(names=names), no_draft, StepCosts(0.1, {})) == ({}, [])
     # predicted from its longest probe's per-position acceptance, each length
     found = {probes.PLAIN_ARM: probes.ProbeResult(probes.PLAIN_ARM, Run(100, 12.0)),
              "exact-la-n6": probes.ProbeResult("exact-la-n6", Run(100, 8.0, 30, 180, 70),
                                                {str(i): 30 * 0.8 ** (i + 1) for i in range(6)})}
-    _, preds = predict.predict(s, StepCosts(0.1, {1: 1.0, 4: 1.2, 7: 1.4}), found)
+    _, preds, _ = predict.predict(s, StepCosts(0.1, {1: 1.0, 4: 1.2, 7: 1.4}), found)
     by = {p.name: p for p in preds}
     assert set(by) == set(names) and all(p.predicted and p.predicted > 0 for p in by.values())
     assert "not priced" in by["exact-la-n3"].how
@@ -202,3 +202,57 @@ def test_no_tune_step_names_a_kind_by_hand():
 def test_the_kinds_table_is_in_the_design_doc():
     text = (Path(kinds.__file__).parents[2] / "docs" / "design.md").read_text()
     assert "specops/kinds.py" in text and all(k.grammar in text for k in kinds.KINDS if k.key != kinds.PLAIN)
+
+
+# -- the tune's steps return what they found (issue 64 item 3)
+
+MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "add", "discard"}
+
+
+def _writes_to_setup(tree: ast.AST) -> list[int]:
+    """Lines where ``s.<attr>`` (the Setup) is assigned, or a container in it is changed in place."""
+    def on_setup(node: ast.AST) -> bool:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return isinstance(node, ast.Name) and node.id == "s"
+
+    lines = []
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, ast.Assign) else [node.target]
+                   if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        lines += [node.lineno for t in targets if isinstance(t, (ast.Attribute, ast.Subscript)) and on_setup(t)]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS \
+                and isinstance(node.func.value, (ast.Attribute, ast.Subscript)) and on_setup(node.func.value) \
+                and not ast.unparse(node.func.value).startswith(("s.meter", "s.progress", "s.store")):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_tunes_steps_write_nothing_shared():
+    """The Setup is frozen, and no step changes a container in it: each returns what it found (and what stays
+    open), the pipeline carries it to the one builder of the record (specops.tune.result). The progress file, the
+    notes and the work dir's store are outputs, not state."""
+    from dataclasses import FrozenInstanceError, fields
+
+    from specops.tune.state import Setup
+
+    assert Setup.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert not {"open", "drift", "retuned"} & {f.name for f in fields(Setup)}
+    found = {p.name: _writes_to_setup(ast.parse(p.read_text())) for p in sorted(STEPS.glob("*.py"))}
+    assert not {k: v for k, v in found.items() if v}, found
+    s = object.__new__(Setup)
+    with pytest.raises(FrozenInstanceError):
+        s.names = []  # type: ignore[misc]
+
+
+def _common_prefix(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def test_no_two_tune_modules_differ_by_a_suffix():
+    """probes.py beside probing.py, streams.py beside at_streams.py: one name each."""
+    names = sorted(p.stem for p in STEPS.glob("*.py") if p.stem != "__init__")
+    close = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+             if a.startswith(b) or b.startswith(a) or a.endswith(b) or b.endswith(a)
+             or _common_prefix(a, b) >= 4]
+    assert not close, close

@@ -29,7 +29,7 @@ NOT_LLAMA_SERVER = {
     ("src/specops/bench/runner.py", "--draft"): "specops bench's own --draft option (the draft model path)",
     ("src/specops/bench/capacity.py", "--ctx-size"): "specops bench's own --ctx-size option, in its advice",
     ("src/specops/tune/prepare.py", "--draft"): "specops tune's own --draft option (the draft model path)",
-    ("src/specops/tune/at_streams.py", "--parallel"): "specops tune's own --parallel option (the service's slots)",
+    ("src/specops/tune/slots.py", "--parallel"): "specops tune's own --parallel option (the service's slots)",
     ("src/specops/tune/settings.py", "--ctx-size"): "specops tune's own --ctx-size option (the tune settings table)",
     ("src/specops/tune/settings.py", "--threads"): "specops tune's own --threads option (the tune settings table)",
     ("src/specops/tune/settings.py", "--parallel"): "specops tune's own --parallel option (the tune settings table)",

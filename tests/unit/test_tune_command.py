@@ -84,23 +84,22 @@ def test_a_ceiling_slower_than_the_server_itself_is_named():
                             p["per_pos"])
              for n, p in json.loads((fixtures / "probes-qwen2.5-14b.json").read_text())["probes"].items()}
     lengths = [2, 4, 8, 12, 16]
-    s = SimpleNamespace(lengths=lengths, names=[f"exact-n{k}" for k in lengths], open=[], ngram_probes=True)
+    s = SimpleNamespace(lengths=lengths, names=[f"exact-n{k}" for k in lengths], ngram_probes=True)
     costs = StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft")
-    over, preds = _predict(s, costs, found)
-    assert len(s.open) == 1 and "slower than the plain server's whole time per token" in s.open[0], s.open
-    assert "14.1 ms" in s.open[0] and "7.2 ms" in s.open[0]
+    over, preds, said = _predict(s, costs, found)
+    assert len(said) == 1 and "slower than the plain server's whole time per token" in said[0], said
+    assert "14.1 ms" in said[0] and "7.2 ms" in said[0]
     assert over.per_round == over.per_drafted == 0.0 and len(preds) == 5
     for k, v in ceiling["target"]["fa=on,ctv=q8_0"]["batch_s"].items():
         ceiling["target"]["fa=on,ctv=q8_0"]["batch_s"][k] = v * 0.45  # a step of 6.3 ms: the server's is 7.2
-    s2 = SimpleNamespace(lengths=lengths, names=s.names, open=[], ngram_probes=True)
-    _predict(s2, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), found)
-    assert s2.open == []
+    s2 = SimpleNamespace(lengths=lengths, names=s.names, ngram_probes=True)
+    assert _predict(s2, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), found)[2] == []
     # no draft-model probe (the ceiling ruled the draft out on a CPU): the round terms cannot be fitted, and the
     # record says which terms the n-gram predictions lack
     plain_only = {n: r for n, r in found.items() if n == "exact-baseline"}
-    s3 = SimpleNamespace(lengths=lengths, names=[], open=[], ngram_probes=True)
-    _predict(s3, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), plain_only)
-    assert len(s3.open) == 1 and "missing from the predictions: per round, per drafted token" in s3.open[0]
+    s3 = SimpleNamespace(lengths=lengths, names=[], ngram_probes=True)
+    said = _predict(s3, StepCosts.from_ceiling(ceiling, "fa=on,ctv=q8_0", "draft"), plain_only)[2]
+    assert len(said) == 1 and "missing from the predictions: per round, per drafted token" in said[0]
 
 
 def test_models_that_do_not_fit_are_refused_in_one_line(tmp_path, capsys, monkeypatch):

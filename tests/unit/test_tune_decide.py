@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from specops import kinds
 from specops.bench.costmodel import fit_overheads
 from specops.bench.stats import Interval, geomean_ratio_ci
+from specops.kinds import PLAIN
 from specops.tune import decide
-from specops.tune.decide import PLAIN, Measured, Prediction, Probe, choose, draft_arm, predict, shortlist
+from specops.tune.decide import Measured, Prediction, Probe, choose, draft_arm, predict, shortlist
 from tests.unit import h100_runs as h
 
 pytestmark = pytest.mark.fast
@@ -161,4 +163,4 @@ def test_a_tie_member_confidently_under_the_margin_is_never_served() -> None:
     choice = decide.choose([n8, mod])
     assert choice.chosen == "exact-n8", choice
     alone = decide.choose([mod])
-    assert alone.chosen == decide.PLAIN and alone.settled
+    assert alone.chosen == kinds.PLAIN and alone.settled

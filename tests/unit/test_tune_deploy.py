@@ -215,10 +215,9 @@ def test_reuse_tunes_again_when_the_slots_changed(tmp_path: Path):
     old = tmp_path / "tune.json"
     old.write_text(json.dumps({"chosen": "plain", "key": record.key(one), "facts": one, "when": "then"}))
     said = io.StringIO()
-    s = SimpleNamespace(facts=record.facts(prefix, "cpu", _args(tmp_path, parallel=4)), retuned=[],
-                        progress=Progress(stream=said))
-    assert tune_command._reused(s, argparse.Namespace(reuse=old, out=None)) is False
-    assert s.retuned == ["parallel"] and "(parallel changed): tuning again" in said.getvalue()
+    s = SimpleNamespace(facts=record.facts(prefix, "cpu", _args(tmp_path, parallel=4)), progress=Progress(stream=said))
+    assert tune_command._reused(s, argparse.Namespace(reuse=old, out=None)) == (False, ["parallel"])
+    assert "(parallel changed): tuning again" in said.getvalue()
 
 
 def test_previous_reads_only_a_tune_result(tmp_path: Path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from specops import kinds
 from specops.bench.stats import Interval
 from specops.tune import decide
 from specops.tune.evidence import Blocks
@@ -111,10 +112,10 @@ def test_a_tie_member_not_confidently_faster_than_plain_is_not_chosen() -> None:
 
 def test_plain_ties_undecided_or_settled() -> None:
     wide = decide.choose([decide.Measured("exact-ngram-mod", iv(1.04, 0.60, 1.76))], need_identical=False)
-    assert wide.chosen == decide.PLAIN and not wide.settled and wide.tie[0] == decide.PLAIN
+    assert wide.chosen == kinds.PLAIN and not wide.settled and wide.tie[0] == kinds.PLAIN
     assert wide.short().startswith("undecided (best exact-ngram-mod 1.04×")
     flat = decide.choose([decide.Measured("exact-n2", iv(0.99, 0.97, 1.02))], need_identical=False)
-    assert flat.chosen == decide.PLAIN and flat.settled and flat.short().startswith("plain (best exact-n2")
+    assert flat.chosen == kinds.PLAIN and flat.settled and flat.short().startswith("plain (best exact-n2")
 
 
 def test_identity_rule_leaves_a_differing_candidate_out_and_says_so() -> None:

@@ -174,12 +174,13 @@ def _fake_tune(monkeypatch, tmp_path: Path, during=lambda: None) -> None:
     """specops tune with its setup and its measurement replaced: ``during`` runs where the tune would measure."""
     work = tmp_path / "work"
 
-    def watched(s, args):
+    def watched(s, args, retuned=None):
         during()
         return {"chosen": "exact-ngram-mod", "elapsed_s": 12.0}, ""
 
     monkeypatch.setattr("specops.tune.prepare.prepare",
-                        lambda args: SimpleNamespace(store=SimpleNamespace(root=work), work=work))
+                        lambda args, meter=None: SimpleNamespace(store=SimpleNamespace(root=work), work=work,
+                                                                 meter=meter))
     monkeypatch.setattr("specops.tune.pipeline.watched", watched)
     monkeypatch.setattr(tune, "_print", lambda result, s, args: print("the table"))
 

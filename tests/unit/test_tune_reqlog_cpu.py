@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from specops.tune import choose, decide
+from specops import kinds
+from specops.tune import choose
 from specops.tune.evidence import Blocks
 from tests.unit.test_bench_allocate import MOD, recorded, replay, tune_design
 
@@ -42,7 +43,7 @@ def test_no_block_measured_a_workload_without_a_share() -> None:
 def test_the_choice_is_what_the_data_give_and_says_what_would_settle_it() -> None:
     args = argparse.Namespace(rule="identical", margin=0.05, mix=MIX, tasks=["t.jsonl"])
     measured, choice, per_wl = choose._from_blocks(args, results(), [MOD, SIMPLE, MAPK], [MOD, SIMPLE, MAPK])
-    assert choice.chosen == decide.PLAIN and not choice.settled and choice.runner_up == MOD, choice
+    assert choice.chosen == kinds.PLAIN and not choice.settled and choice.runner_up == MOD, choice
     fig = {m.name: m.speedup for m in measured}[MOD]
     assert fig.low is not None and fig.low < 1.0 < 1.05 < fig.high  # type: ignore[operator]
     assert "shares of plain decoding's time" in choice.reason  # n_predicted recorded: requests weighed by time

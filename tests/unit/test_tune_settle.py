@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from specops import kinds
 from specops.bench.arms import BASELINE
 from specops.bench.stats import Interval, geomean_ratio_ci
 from specops.tune import choose, decide, evidence
@@ -68,7 +69,7 @@ def test_a_cpu_tune_on_the_standard_set_says_what_would_settle_what_stayed_open(
     args = argparse.Namespace(rule="identical", margin=0.05, mix=None, tasks=None)
     results = cpu_results()
     _, choice, per_wl = choose._from_blocks(args, results, CANDIDATES, CANDIDATES)
-    assert not choice.settled and choice.chosen == decide.PLAIN and choice.runner_up == "exact-ngram-mod"
+    assert not choice.settled and choice.chosen == kinds.PLAIN and choice.runner_up == "exact-ngram-mod"
     assert choice.weighed.startswith("no mix given: each workload of the standard set weighs the same")
     assert {w for w, text in per_wl.items() if text.startswith("undecided")} == {"edit"}
     assert [line.split(":")[0] for line in choice.settle] == ["overall", "edit"]
@@ -91,6 +92,6 @@ def test_a_settled_figure_says_nothing_more() -> None:
     workload has 2 tasks and stays open (a line each, with what would settle it)."""
     args = argparse.Namespace(rule="identical", margin=0.05, mix=None, tasks=None)
     _, choice, per_wl = choose._from_blocks(args, cpu_results(8), CANDIDATES, CANDIDATES)
-    assert choice.settled and choice.chosen == decide.PLAIN
+    assert choice.settled and choice.chosen == kinds.PLAIN
     undecided = sorted(w for w, text in per_wl.items() if text.startswith("undecided"))
     assert sorted(line.split(":")[0] for line in choice.settle) == undecided != []

@@ -107,8 +107,8 @@ def _host(tmp_path: Path, name: str, **kw) -> tuple[SimpleNamespace, argparse.Na
     target = _model(tmp_path / name / "models" / "t.gguf", mtime=1_700_000_000 + len(name))
     args = _args(target, **kw)
     args.reuse, args.out = None, tmp_path / name / "tune.json"
-    s = SimpleNamespace(facts=record.facts(_prefix(tmp_path / name), "cpu", args), retuned=[],
-                        progress=Progress(quiet=True), meter=progress.ProgressFile())
+    s = SimpleNamespace(facts=record.facts(_prefix(tmp_path / name), "cpu", args), progress=Progress(quiet=True),
+                        meter=progress.ProgressFile())
     return s, args
 
 
@@ -125,7 +125,7 @@ def test_a_record_of_this_hosts_kind_is_adopted_and_says_it_was_shared(tmp_path:
     shared.write_text(json.dumps(_tuned_on(tmp_path, "fleet-1")))
     s, args = _host(tmp_path, "fleet-2")
     args.shared = shared
-    assert tune_command._reused(s, args) is True
+    assert tune_command._reused(s, args)[0] is True
     out = capsys.readouterr().out
     assert ("reused: the result of 2026-12-01T10:00:00+0000 (tuned on fleet-1 and shared with this host: the same "
             "kind ") in out and "the speed gate here still judges it" in out, out
@@ -139,7 +139,7 @@ def test_a_record_of_this_hosts_kind_is_adopted_and_says_it_was_shared(tmp_path:
     # reused later as its own: said so, still naming where it came from
     s2, again = _host(tmp_path, "fleet-2")
     again.reuse, again.out, again.shared = args.out, args.out, None
-    assert tune_command._reused(s2, again) is True
+    assert tune_command._reused(s2, again)[0] is True
     assert "(the build, the models, the device and the settings are the same; tuned on fleet-1 and shared)" in \
         capsys.readouterr().out
 
@@ -149,7 +149,7 @@ def test_a_record_of_another_kind_is_refused_in_one_line(tmp_path: Path, capsys)
     shared.write_text(json.dumps(_tuned_on(tmp_path, "fleet-1", parallel=4)))
     s, args = _host(tmp_path, "fleet-2")
     args.shared = shared
-    assert tune_command._reused(s, args) is False
+    assert tune_command._reused(s, args)[0] is False
     lines = capsys.readouterr().out.splitlines()
     assert lines == [f"shared: the record at {shared} (tuned on fleet-1) is not used: it is of another kind "
                      "(parallel differs); tuning here"], lines
@@ -163,10 +163,10 @@ def test_a_record_without_a_kind_or_none_at_all_is_refused(tmp_path: Path, capsy
     shared.write_text(json.dumps(old))
     s, args = _host(tmp_path, "fleet-2")
     args.shared = shared
-    assert tune_command._reused(s, args) is False
+    assert tune_command._reused(s, args)[0] is False
     assert "is not used: it has no kind key (tuned before records were shared); tuning here" in capsys.readouterr().out
     args.shared = tmp_path / "missing.json"
-    assert tune_command._reused(s, args) is False
+    assert tune_command._reused(s, args)[0] is False
     assert capsys.readouterr().out.strip() == f"shared: no tune record at {args.shared}: tuning here"
 
 
@@ -178,7 +178,7 @@ def test_the_hosts_own_record_that_stands_wins_over_a_shared_one(tmp_path: Path,
     shared = tmp_path / "tune-shared.json"
     shared.write_text(json.dumps(_tuned_on(tmp_path, "fleet-1")))
     args.reuse, args.shared = args.out, shared
-    assert tune_command._reused(s, args) is True
+    assert tune_command._reused(s, args)[0] is True
     assert json.loads(args.out.read_text()) == own
     assert "shared" not in capsys.readouterr().out
 
@@ -190,15 +190,15 @@ def test_a_result_shared_earlier_gives_way_to_a_newer_tune_of_its_kind(tmp_path:
     shared.write_text(json.dumps(_tuned_on(tmp_path, "fleet-1")))
     s, args = _host(tmp_path, "fleet-2")
     args.shared = shared
-    assert tune_command._reused(s, args) is True
+    assert tune_command._reused(s, args)[0] is True
     capsys.readouterr()
     args.reuse = args.out
-    assert tune_command._reused(s, args) is True  # the same record: kept, said as the host's own
+    assert tune_command._reused(s, args)[0] is True  # the same record: kept, said as the host's own
     assert "(the build, the models, the device and the settings are the same; tuned on fleet-1 and shared)" in \
         capsys.readouterr().out
     newer = {**_tuned_on(tmp_path, "fleet-3"), "when": "2026-12-02T09:00:00+0000", "chosen": "plain", "vars": {}}
     shared.write_text(json.dumps(newer))
-    assert tune_command._reused(s, args) is True
+    assert tune_command._reused(s, args)[0] is True
     kept = json.loads(args.out.read_text())
     assert kept["chosen"] == "plain" and kept["shared"]["from"] == "fleet-3" and kept["key"] == record.key(s.facts)
     assert "tuned on fleet-3 and shared with this host" in capsys.readouterr().out
@@ -210,10 +210,9 @@ def test_own_only_does_not_reuse_a_shared_result(tmp_path: Path):
     shared.write_text(json.dumps(_tuned_on(tmp_path, "fleet-1")))
     s, args = _host(tmp_path, "fleet-2")
     args.shared = shared
-    assert tune_command._reused(s, args) is True
+    assert tune_command._reused(s, args)[0] is True
     again = argparse.Namespace(**{**vars(args), "reuse": args.out, "shared": None, "own_only": True})
-    s.retuned = []
-    assert tune_command._reused(s, again) is False and s.retuned == ["it was shared from another host"]
+    assert tune_command._reused(s, again) == (False, ["it was shared from another host"])
 
 
 def test_kind_only_prints_the_kind_and_whether_the_own_record_stands(tmp_path: Path, monkeypatch, capsys):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from specops import kinds
 from specops.bench.arms import BASELINE
 from specops.tune import choose, decide, evidence, mix
 from tests.unit.test_tune_settle import CANDIDATES, cpu_results
@@ -65,7 +66,7 @@ def test_unequal_counts_weigh_each_workload_by_its_share_of_the_task_set() -> No
     assert (fig.estimate, fig.low, fig.high) == pytest.approx((stratified.estimate, stratified.low, stratified.high))
     assert fig.estimate == pytest.approx(1.036, abs=0.001) and pooled.estimate == pytest.approx(1.054, abs=0.001)
     assert pooled.high - fig.high > 0.02  # type: ignore[operator]  # the pooled one leans on the 5 edits
-    assert choice.chosen == decide.PLAIN and not choice.settled and choice.runner_up == MOD
+    assert choice.chosen == kinds.PLAIN and not choice.settled and choice.runner_up == MOD
     assert "0.25/1.14 edit" in choice.reason  # the mix's arithmetic, each workload a quarter
     assert choice.weighed == ("no mix given: each workload of the standard set weighs the same (tasks code 6, edit 6, "
                               "prose 6, tool_calls 6), weighted by time: 1 / Σ share ÷ the workload's harmonic mean "

@@ -16,7 +16,7 @@ from specops.bench.stats import Interval
 from specops.capabilities import parse_help
 from specops.fit import FitParams, Memory, estimate
 from specops.soak.saturation import SlotWatcher
-from specops.tune import at_streams, streams
+from specops.tune import slots, streams
 from tests.unit.synthgguf import write_gguf
 
 pytestmark = pytest.mark.fast
@@ -181,16 +181,16 @@ def test_streams_that_do_not_fit_are_measured_at_the_largest_n_that_does(tmp_pat
     the line names N, the memory and the N measured."""
     s, args = _fit_setup(tmp_path)
     big = Memory("host RAM", 1 << 40, 1 << 40, "given")
-    assert at_streams.streams_fit(s, args, "exact-ngram-mod", 8, big) == (8, "")  # type: ignore[arg-type]
+    assert slots.streams_fit(s, args, "exact-ngram-mod", 8, big) == (8, "")  # type: ignore[arg-type]
     # what one slot each needs, and what 8 need: memory between the two fits some N in 2..7
     one = estimate(args.target, None, FitParams(ctx_size=2048, parallel=1, spec_type="none"), big)
     tight = Memory("host RAM", int(one.needed * 2 + one.margin + (1 << 20)), 1 << 40, "given")
-    n, why = at_streams.streams_fit(s, args, "exact-ngram-mod", 8, tight)  # type: ignore[arg-type]
+    n, why = slots.streams_fit(s, args, "exact-ngram-mod", 8, tight)  # type: ignore[arg-type]
     assert n < 8 and why and "\n" not in why, why
     if n >= 2:
         assert f"measured at {n} streams, the largest N that fits" in why and "--parallel 8" in why
     else:
         assert why.startswith("nothing measured at 8 streams") and "the choice is for one stream" in why
     none = Memory("host RAM", 1 << 20, 1 << 40, "given")
-    n, why = at_streams.streams_fit(s, args, "exact-ngram-mod", 4, none)  # type: ignore[arg-type]
+    n, why = slots.streams_fit(s, args, "exact-ngram-mod", 4, none)  # type: ignore[arg-type]
     assert n == 0 and why.startswith("nothing measured at 4 streams") and "MiB available" in why

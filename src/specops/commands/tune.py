@@ -180,18 +180,18 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _reused(s: Setup, args: argparse.Namespace) -> bool:
+def _reused(s: Setup, args: argparse.Namespace) -> tuple[bool, list[str]]:
     """--reuse: the earlier result stands when nothing it depends on moved (printed, written to --out); else what
     moved is said (:func:`specops.tune.pipeline.reusable`), and --shared: another host's result of this host's kind
     stands instead (:func:`specops.tune.pipeline.shared`, kept in --out; also over a result shared earlier, where
-    this one is another host's newer tune); else the tune runs."""
-    old = pipeline.reusable(s, args) if args.reuse else None
+    this one is another host's newer tune); else the tune runs (and what moved since the --reuse result)."""
+    old, retuned = pipeline.reusable(s, args) if args.reuse else (None, [])
     adopted = False
     if (old is None or old.get("shared")) and getattr(args, "shared", None):
         theirs = pipeline.shared(s, args, old)
         old, adopted = (theirs, True) if theirs is not None else (old, False)
     if old is None:
-        return False
+        return False, retuned
     if args.out and (adopted or not args.reuse or args.out.resolve() != args.reuse.resolve()):
         leash.write_whole(args.out, json.dumps(old, indent=1, default=str))
     print(table(old))
@@ -205,7 +205,7 @@ def _reused(s: Setup, args: argparse.Namespace) -> bool:
     print(f"variables: {json.dumps(old.get('vars') or {})}")
     from_ = f" (shared from {share.get('from')})" if share else ""
     s.meter.done(f"reused the result of {old.get('when', '?')}{from_}: {old['chosen']}")
-    return True
+    return True, []
 
 
 def _kind_only(args: argparse.Namespace) -> int:
@@ -213,7 +213,7 @@ def _kind_only(args: argparse.Namespace) -> int:
     shared record of that kind only where it does not); a setting the tune would refuse: no kind, why."""
     try:
         s = prepare.prepare(args)
-        own = pipeline.reusable(s, args) if args.reuse else None
+        own = pipeline.reusable(s, args)[0] if args.reuse else None
         # a result shared earlier stands only until its kind's record is newer: the deploy sends that one along
         out = {"kind": record.kind(s.facts, args)["key"], "reuse": own is not None and not own.get("shared")}
     except TuneError as exc:
@@ -242,7 +242,7 @@ def _print(result: dict[str, Any], s: Setup, args: argparse.Namespace) -> None:
         at = result["streams"]
         print(f"at {at['n']} streams: {at['candidate']} {at['measured']} against plain decoding at {at['n']} streams "
               f"(aggregate tok/s, {at['blocks']} blocks; slots processing at once: {at['streams_in_flight']})")
-    for line in s.open:
+    for line in result.get("open") or ():
         print(f"  still open: {line}")
     print(f"variables: {json.dumps(result['vars'])}\nresult: {s.work / 'tune.json'} "
           f"({result['elapsed_s']:.0f} s of {args.budget:g} min)")
@@ -266,11 +266,11 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, meter: progress.ProgressFile) -> int:
     meter.update("starting", "the build, the models, the memory fit", args.budget * 60)
     try:
-        s = prepare.prepare(args)
-        s.meter = meter
-        if (args.reuse or args.shared) and _reused(s, args):
+        s = prepare.prepare(args, meter)
+        reused, retuned = _reused(s, args) if args.reuse or args.shared else (False, [])
+        if reused:
             return 0
-        result, unproven = pipeline.watched(s, args)
+        result, unproven = pipeline.watched(s, args, retuned)
     except TuneError as exc:
         _err(str(exc))
         meter.stopped(str(exc))

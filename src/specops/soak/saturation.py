@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from specops.kinds import PLAIN
 from specops.soak.accounting import FAILED
 from specops.soak.backoff import Backoff
 from specops.soak.config import FaultPlan, FaultSpec, SoakConfig, SoakConfigError, Thresholds
@@ -40,7 +41,7 @@ from specops.soak.supervise import SupervisedPid, Supervisor
 
 log = logging.getLogger(__name__)
 
-SPEC, PLAIN = "speculative", "plain"
+SPEC = "speculative"  # the side under test; plain decoding's is the kinds table's one name for it (PLAIN)
 ARMS = (SPEC, PLAIN)
 # llama-server's own per-request line, per slot: "slot print_timing: id  0 | task 1 | draft acceptance = 1.00000
 # (   11 accepted /    11 generated), mean len =  3.75"

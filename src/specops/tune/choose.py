@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
+from specops import kinds
 from specops.bench.arms import BASELINE
 from specops.bench.stats import Interval
 from specops.tune import decide, evidence, mix
@@ -139,7 +141,7 @@ def to_settle(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choice
               workload: str | None, weights: dict[str, float] | None = None) -> ToSettle | None:
     """For an undecided figure (overall, over ``weights`` when given, or one workload's): its projection
     (:func:`specops.tune.decide.tasks_to_settle`); None when decided or without an interval."""
-    if c.settled or c.chosen != decide.PLAIN or not c.runner_up:
+    if c.settled or c.chosen != kinds.PLAIN or not c.runner_up:
         return None
     fig = (blocks.mix_interval(c.runner_up, BASELINE, weights) if workload is None and weights
            else blocks.interval(c.runner_up, BASELINE, workload))
@@ -178,36 +180,38 @@ def block_seconds(results: dict[str, Any]) -> float:
     return float(outcome.get("elapsed_s") or 0) / max(1, int(outcome.get("blocks") or 0))
 
 
-def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None,
-           short: Shortlist) -> tuple[list[decide.Measured], decide.Choice, dict[str, str]]:
-    """The measured candidates, the choice and what each workload would prefer; what stays open (shortlisted and
-    not measured, undecided) is said in ``s.open``."""
+def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None, short: Shortlist,
+           open_: Sequence[str] = ()) -> tuple[list[decide.Measured], decide.Choice, dict[str, str], list[str]]:
+    """The measured candidates, the choice and what each workload would prefer, and what stays open: ``open_``
+    (what the steps before said) without what the measurement settled (a held-back candidate that was measured),
+    then what stays open here (shortlisted and not measured, undecided)."""
     # the candidates held back that were measured (one was on course to clear the margin): in the choice, no longer
     # open
     blocks = evidence.Blocks(results["blocks"]) if results and results.get("blocks") else None
     ran = set(blocks.arms) if blocks else set()
     extra = [n for n in short.reserve if n in ran]
-    s.open[:] = [line for line in s.open if not any(line.startswith(f"{n}: ") for n in extra)]
+    said = [line for line in open_ if not any(line.startswith(f"{n}: ") for n in extra)]
     shortlisted = short.shortlisted + extra
-    measured, choice, per_wl = _from_blocks(args, results, shortlisted, short.measured + extra,
+    margs = argparse.Namespace(**{**vars(args), "mix": s.mix})  # the mix as prepare normalised it
+    measured, choice, per_wl = _from_blocks(margs, results, shortlisted, short.measured + extra,
                                             (s.shares, s.shares_how))
     unmeasured = [n for n in shortlisted if n not in {m.name for m in measured}]
     if results is not None and unmeasured:
         ended = (results.get("outcome") or {}).get("ended", "?")
-        s.open.append(f"{', '.join(unmeasured)}: shortlisted, not measured (the side-by-side measurement ended: "
-                      f"{ended}; a longer --budget / llama_server_tune_budget measures them)")
+        said.append(f"{', '.join(unmeasured)}: shortlisted, not measured (the side-by-side measurement ended: "
+                    f"{ended}; a longer --budget / llama_server_tune_budget measures them)")
     if not shortlisted:
-        choice = decide.Choice(decide.PLAIN, None, "no candidate is predicted to beat plain decoding by "
+        choice = decide.Choice(kinds.PLAIN, None, "no candidate is predicted to beat plain decoding by "
                                f"{args.margin:.0%}: plain decoding, nothing measured", {})
     elif not measured:  # shortlisted, yet nothing compared with plain decoding: no answer, plain decoding meanwhile
-        choice = decide.Choice(decide.PLAIN, None, f"undecided: {', '.join(shortlisted)} shortlisted, none measured "
+        choice = decide.Choice(kinds.PLAIN, None, f"undecided: {', '.join(shortlisted)} shortlisted, none measured "
                                "against plain decoding within the budget; plain decoding is served until a tune "
                                "with more time settles it", {}, settled=False, left_out=choice.left_out)
     elif not choice.settled:
-        s.open.append(choice.reason)
-    s.open.extend(choice.settle)
-    pairs = types_paired(blocks, short.shortlisted, extra, args.mix or s.shares)
-    return measured, dataclasses.replace(choice, pairs=pairs) if pairs else choice, per_wl
+        said.append(choice.reason)
+    said.extend(choice.settle)
+    pairs = types_paired(blocks, short.shortlisted, extra, s.mix or s.shares)
+    return measured, dataclasses.replace(choice, pairs=pairs) if pairs else choice, per_wl, said
 
 
 def types_paired(blocks: evidence.Blocks | None, leaders: list[str], extra: list[str],

@@ -30,8 +30,7 @@ from specops.bench.costmodel import (
 )
 from specops.bench.design import deployable
 from specops.bench.stats import Interval, t975
-
-PLAIN = kinds.PLAIN
+from specops.kinds import PLAIN
 
 
 @dataclass(frozen=True)

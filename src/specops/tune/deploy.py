@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specops import kinds
+from specops.kinds import PLAIN
 from specops.knobs import uses_draft_model
 from specops.tune import mix
-from specops.tune.decide import PLAIN
 
 SPEC_TYPE = "llama_server_spec_type"
 DRAFT_N_MAX = "llama_server_draft_n_max"

@@ -27,8 +27,9 @@ from typing import Any
 from specops.bench import weighted
 from specops.bench.arms import AA, BASELINE
 from specops.bench.stats import Interval, geomean_ratio_ci
+from specops.kinds import PLAIN
 from specops.tune import mix as mixes
-from specops.tune.decide import PLAIN, Choice, Measured, choose
+from specops.tune.decide import Choice, Measured, choose
 
 
 class Blocks:

@@ -56,24 +56,23 @@ def settings(s: Setup, args: argparse.Namespace, names: list[str], minutes: floa
     )
 
 
-def measure(s: Setup, args: argparse.Namespace, names: list[str],
-            plain_s_per_token: float = 0.0, reserve: list[str] | None = None) -> dict[str, Any] | None:
+def measure(s: Setup, args: argparse.Namespace, names: list[str], plain_s_per_token: float = 0.0,
+            reserve: list[str] | None = None) -> tuple[dict[str, Any] | None, list[str]]:
     """The shortlist side by side with plain decoding: the bench's results (what its results.json holds), or None
-    where nothing was measured (said in ``s.open``); a measurement cut by SIGINT or SIGTERM stops the tune."""
+    where nothing was measured, and what stays open (why nothing was); a measurement cut by SIGINT or SIGTERM stops
+    the tune."""
     # the bench's own report, the measurement at N streams (--parallel > 1) and the result fit inside the budget;
-    # the reserve at N counts each phase's tail, from the plain probe's time per token (at_streams plans with it)
+    # the reserve at N counts each phase's tail, from the plain probe's time per token (tune.slots plans with it)
     n_reserve = (streams.reserve_s(args.budget * 60, streams.request_s(args.parallel, args.max_tokens,
                                                                        plain_s_per_token))
                  if args.parallel > 1 and not args.predict_only else 0.0)
     minutes = (s.left() - REPORT_RESERVE_S - n_reserve) / 60
     if minutes < 0.5:
-        s.open.append(f"{', '.join(names)}: not measured (budget spent before the measurement)")
-        return None
+        return None, [f"{', '.join(names)}: not measured (budget spent before the measurement)"]
     opts = settings(s, args, names, minutes, plain_s_per_token, reserve)
     s.meter.update("measure", f"{', '.join(names)} side by side with plain decoding", s.left())
     out = session.measure(opts, progress.MeasureProgress(s.meter, s.left, quiet=args.quiet))
     s.meter.leash.measured(out.status)  # the bench's exit 130 (SIGINT, SIGTERM) stops the tune
     if out.status != 0 or out.results is None:
-        s.open.append(f"the side-by-side measurement ended with exit {out.status}: see {s.work / 'measure'}")
-        return None
-    return out.results
+        return None, [f"the side-by-side measurement ended with exit {out.status}: see {s.work / 'measure'}"]
+    return out.results, []

@@ -2,16 +2,17 @@
 
 1. :mod:`~specops.tune.prepare`: the build, the models, the candidates, the tasks, the memory fit (the Setup)
 2. :mod:`~specops.tune.price`: llama-bench prices a verification batch and a draft step; the ceiling's pruning
-3. :mod:`~specops.tune.probing`: one short server per kind of candidate, plain decoding before and after
+3. :mod:`~specops.tune.probes`: one short server per kind of candidate, plain decoding before and after
 4. :mod:`~specops.tune.predict`: every candidate predicted, the shortlist
 5. :mod:`~specops.tune.measure`: the shortlist side by side with plain decoding (the bench's library)
 6. :mod:`~specops.tune.choose`: the choice from the paired blocks
-7. :mod:`~specops.tune.at_streams`: at the service's N streams (``--parallel`` N > 1)
+7. :mod:`~specops.tune.slots`: at the service's N streams (``--parallel`` N > 1)
 8. :mod:`~specops.tune.result`: the record, and its model for the live check
 
 :func:`watched` runs it beside a live service (:mod:`~specops.tune.quiet`), :func:`reusable` says when an earlier
 record stands instead, :func:`shared` when another host's record of this host's kind does, :func:`keep` writes the
-record; all on the leash (:mod:`~specops.tune.leash`).
+record; all on the leash (:mod:`~specops.tune.leash`). The steps read a frozen :class:`~specops.tune.state.Setup`
+and return what they found, what stays open among it; this spine carries it to the record.
 ``specops tune`` (:mod:`specops.commands.tune`) is the command line around them.
 """
 
@@ -21,14 +22,14 @@ import argparse
 from typing import Any
 
 from specops.client import LlamaServerClient
-from specops.tune import at_streams, choose, leash, measure, predict, price, probing, quiet, record, result
-from specops.tune.probes import PLAIN_ARM
+from specops.tune import choose, leash, measure, predict, price, probes, quiet, record, result, slots
 from specops.tune.state import Setup
 
 
-def tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
+def tune(s: Setup, args: argparse.Namespace, retuned: list[str] | None = None) -> dict[str, Any]:
     """Ceiling, probes, predictions, the side-by-side measurement and the choice: the result (TuneError for what
-    stops it before a choice can be made)."""
+    stops it before a choice can be made). Each step returns what it found, what stays open among it; ``retuned``:
+    what moved since the --reuse result (:func:`reusable`)."""
     s.progress.note(f"tune: {len(s.names)} candidates ({', '.join(s.names)}), budget {args.budget:g} min; "
                     f"work in {s.work}")
     s.meter.update("ceiling", f"llama-bench prices a verification batch and a draft step ({len(s.names)} "
@@ -36,34 +37,42 @@ def tune(s: Setup, args: argparse.Namespace) -> dict[str, Any]:
     costs, ceiling_data = price.ceiling(s, args)
     s.store.save_json("ceiling.json", ceiling_data)
     t = s.phase("ceiling", s.started)
-    pruned = price.pruned(s, args, costs)
-    found = probing.run_probes(s, [n for n in s.names if n not in pruned])
+    pruned, open_ = price.pruned(s, args, costs)
+    probed = probes.run_probes(s, [n for n in s.names if n not in pruned])
+    found = probed.found
     t = s.phase("probes", t)
-    over, preds = predict.predict(s, costs, found, pruned)
+    over, preds, said = predict.predict(s, costs, found, pruned)
     short = predict.shortlist(s, args, preds)
+    open_ += [*probed.open, *said, *short.open]
     bench = None
     if short.measured and not args.predict_only:
-        bench = measure.measure(s, args, short.measured, found[PLAIN_ARM].run.seconds_per_token, short.reserve)
+        plain_s = found[probes.PLAIN_ARM].run.seconds_per_token
+        bench, said = measure.measure(s, args, short.measured, plain_s, short.reserve)
+        open_ += said
         t = s.phase("measure", t)
     s.meter.update("choose", "from the paired blocks" if bench is not None else "nothing measured", s.left())
-    measured, choice, per_wl = choose.choose(s, args, bench, short)
+    measured, choice, per_wl, open_ = choose.choose(s, args, bench, short, open_)
     at_n = None
     if args.parallel > 1 and measured:
-        at_n, choice = at_streams.at_n(s, args, choice, measured, found[PLAIN_ARM].run.seconds_per_token)
+        at_n, choice, said = slots.at_n(s, args, choice, measured, found[probes.PLAIN_ARM].run.seconds_per_token)
+        open_ += said
         s.phase("streams", t)
-    out = result.result(s, args, over, preds, short, measured, choice, per_wl, found)
+    live_model, said = result.live_model(s, costs, over, choice.chosen, measured, (bench or {}).get("blocks") or ())
+    out = result.result(s, args, result.Found(over, preds, short, measured, choice, per_wl, found, probed.drift,
+                                              [*open_, *said], retuned or []))
     out["plan"] = result.plan_record(bench, s.shares)
-    out["live_model"] = result.live_model(s, costs, over, choice.chosen, measured, (bench or {}).get("blocks") or ())
+    out["live_model"] = live_model
     if args.parallel > 1:
-        result.at_streams(out, args, at_n)
+        result.streams_figures(out, args, at_n)
     return out
 
 
-def watched(s: Setup, args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
+def watched(s: Setup, args: argparse.Namespace, retuned: list[str] | None = None
+            ) -> tuple[dict[str, Any] | None, str]:
     """The tune, beside the live service of --service-url when given: waits (bounded) for it to be idle and
     watches it throughout. Returns (result, why unproven: '' when the figures stand)."""
     if not args.service_url:
-        return tune(s, args), ""
+        return tune(s, args, retuned), ""
     with LlamaServerClient(args.service_url, api_key=quiet.read_key(args.api_key_file) or None) as client:
         s.meter.update("waiting", f"for the service at {args.service_url} to be idle", s.left())
         idle, waited = quiet.wait_idle(client, args.idle_timeout)
@@ -71,32 +80,29 @@ def watched(s: Setup, args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
             return None, (f"the service at {args.service_url} stayed busy for {waited:.0f} s "
                           f"(--idle-timeout {args.idle_timeout:g}): not tuned beside its traffic")
         with quiet.Watch(client) as watch:
-            out = tune(s, args)
+            out = tune(s, args, retuned)
     if watch.blind_note():
-        s.open.append(watch.blind_note())
-        out["open"] = s.open
+        out["open"] = [*out["open"], watch.blind_note()]
     return out, watch.contended()
 
 
-def reusable(s: Setup, args: argparse.Namespace) -> dict[str, Any] | None:
-    """--reuse: the earlier result, where nothing it depends on moved; else None, what moved said (and kept in
-    ``s.retuned``) and the tune runs. With --own-only, a result shared from another host (--shared) does not
-    stand either."""
+def reusable(s: Setup, args: argparse.Namespace) -> tuple[dict[str, Any] | None, list[str]]:
+    """--reuse: the earlier result, where nothing it depends on moved; else None and what moved (said, and kept for
+    the record: ``retuned_because``) and the tune runs. With --own-only, a result shared from another host (--shared)
+    does not stand either."""
     old = record.previous(args.reuse)
     if old is None:
-        return None
+        return None, []
     if getattr(args, "own_only", False) and old.get("shared"):
         s.progress.note(f"tune: the result of {old.get('when', '?')} was tuned on {old['shared'].get('from')} and "
                         "shared (--own-only): tuning here")
-        s.retuned = ["it was shared from another host"]
-        return None
+        return None, ["it was shared from another host"]
     moved = record.changed(old.get("facts") or {}, s.facts)
     if old["key"] == record.key(s.facts) and not moved:
-        return old
+        return old, []
     s.progress.note(f"tune: the result of {old.get('when', '?')} is stale ({', '.join(moved) or 'its key'} changed): "
                     "tuning again")
-    s.retuned = moved or ["the key"]
-    return None
+    return None, moved or ["the key"]
 
 
 def shared(s: Setup, args: argparse.Namespace, current: dict[str, Any] | None = None) -> dict[str, Any] | None:

@@ -16,14 +16,15 @@ STEP_SLACK = 1.1  # llama-bench's step may exceed the plain server's per-token t
 
 
 def predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
-            pruned: dict[str, float] | None = None) -> tuple[Overheads, list[decide.Prediction]]:
+            pruned: dict[str, float] | None = None) -> tuple[Overheads, list[decide.Prediction], list[str]]:
     """The server's fitted overheads and every candidate's prediction, kind by kind as the table says
-    (:mod:`specops.kinds`: its cost inputs, its probe); those the ceiling ruled out, and those not probed, with why.
-    What makes the predictions doubtful is said in ``s.open``."""
+    (:mod:`specops.kinds`: its cost inputs, its probe); those the ceiling ruled out, and those not probed, with why;
+    and what makes the predictions doubtful (what stays open)."""
+    said: list[str] = []
     plain = found[probes.PLAIN_ARM].run
     ceiling_slower = costs.target_step_s > STEP_SLACK * plain.seconds_per_token
     if ceiling_slower:
-        s.open.append(f"llama-bench's single-token step ({costs.target_step_s * 1e3:.1f} ms) is slower than the plain "
+        said.append(f"llama-bench's single-token step ({costs.target_step_s * 1e3:.1f} ms) is slower than the plain "
                       f"server's whole time per token ({plain.seconds_per_token * 1e3:.1f} ms): the ceiling does not "
                       "price this server (too few repetitions, other load?), so the server-overhead terms are 0 and "
                       "the predictions rest on llama-bench's relative costs alone; only the side-by-side measurement "
@@ -37,7 +38,7 @@ def predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
     if missing and not ceiling_slower:
         why = ("no draft-model probe ran to fit the round terms on (the ceiling ruled the draft model out, or there "
                "is none)" if not over.runs else "llama-bench's step is no faster than the plain server's per token")
-        s.open.append(f"server-overhead terms missing from the predictions: {', '.join(missing)} ({why}); an n-gram "
+        said.append(f"server-overhead terms missing from the predictions: {', '.join(missing)} ({why}); an n-gram "
                       "candidate's prediction then carries none of the server's own cost of a round, so it reads "
                       "high (14–21% on the 2-core CPU, 2026-11-27): only the side-by-side measurement decides")
     free = StepCosts(costs.target_step_s, costs.target_rel)  # no draft model priced: the target's costs alone
@@ -61,7 +62,7 @@ def predict(s: Setup, costs: StepCosts, found: dict[str, probes.ProbeResult],
                 "not probed" if s.ngram_probes or kinds.of(n).probe != kinds.OWN else
                 "not probed on a CPU build (--ngram-probes auto): measured side by side instead")
             preds.append(decide.Prediction(n, None, why))
-    return over, preds
+    return over, preds, said
 
 
 def _by_lengths(k: kinds.Kind, names: list[str], costs: StepCosts, over: Overheads,
@@ -97,6 +98,7 @@ class Shortlist:
     # what stays open (within the predictions' error, or unpredicted), held back and measured beside a candidate
     # once one is on course to clear the margin (issue 61 item 2), in llama.cpp's per-type order, then predicted
     reserve: list[str] = field(default_factory=list)
+    open: tuple[str, ...] = ()  # what the shortlist leaves open, one line each
 
     @property
     def measured(self) -> list[str]:
@@ -107,11 +109,11 @@ def shortlist(s: Setup, args: argparse.Namespace, preds: list[decide.Prediction]
     """The best few predictions (--top, --margin), llama.cpp's own default type always among them."""
     shortlisted, dropped = decide.shortlist(preds, s.top, args.margin, always=(
         kinds.default_candidate(s.caps.commit),))
-    s.open += [f"{n}: {why}" for n, why in dropped.items() if why.endswith("stays open")]
     compared = [p.name for p in preds if args.measure_all and p.predicted is not None and p.name not in shortlisted]
     s.meter.update("predictions", f"{len(preds)} candidates predicted, shortlisted: {', '.join(shortlisted) or 'none'}",
                    s.left())
-    return Shortlist(shortlisted, dropped, compared, reserve(preds, dropped, compared, args.reserve))
+    return Shortlist(shortlisted, dropped, compared, reserve(preds, dropped, compared, args.reserve),
+                     tuple(f"{n}: {why}" for n, why in dropped.items() if why.endswith("stays open")))
 
 
 def reserve(preds: list[decide.Prediction], dropped: dict[str, str], compared: list[str], most: int) -> list[str]:

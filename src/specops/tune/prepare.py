@@ -17,7 +17,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError, read
 from specops.knobs import knob
 from specops.paths import build_backend, cache_dir, llama_prefix
-from specops.tune import choose, mix, record
+from specops.tune import choose, mix, progress, record
 from specops.tune.state import Setup, TuneError
 
 
@@ -123,8 +123,9 @@ def _check_fit(backend: str, args: argparse.Namespace, names: list[str]) -> None
                         "breakdown); nothing was changed")
 
 
-def prepare(args: argparse.Namespace) -> Setup:
-    """Everything checked, the tasks loaded and ``args.mix`` normalised; the clock starts here."""
+def prepare(args: argparse.Namespace, meter: progress.ProgressFile | None = None) -> Setup:
+    """Everything checked, the tasks loaded and the mix normalised (``Setup.mix``; ``args`` stays as given); the
+    clock starts here."""
     prefix = llama_prefix(args.llama_prefix)
     _check_build(prefix)
     _check_settings(args)
@@ -137,14 +138,14 @@ def prepare(args: argparse.Namespace) -> Setup:
     except TaskError as exc:
         raise TuneError(str(exc)) from exc
     try:  # the shares, normalised (zero shares left out): what the record's key and the decision use
-        args.mix = mix.parse(args.mix, workloads_of(tasks))
+        mixed = mix.parse(args.mix, workloads_of(tasks))
     except mix.MixError as exc:
         raise TuneError(f"{exc}; nothing was changed") from None
     # what the measurement plans by and the choice weighs by: the mix, else the task set's own shares (a team's
     # files by their counts before any per-workload cap; the standard set's workloads the same)
     uncapped = tasks if args.limit_per_workload is None else load_tasks(
         args.tasks, [w for w in args.workloads.split(",") if w.strip()] or None, None)
-    shares, shares_how = choose.planned(args.mix, {w: sum(1 for t in uncapped if t.workload == w)
+    shares, shares_how = choose.planned(mixed, {w: sum(1 for t in uncapped if t.workload == w)
                                                    for w in workloads_of(tasks)}, standard=not args.tasks)
     probe_tasks = [t for w in workloads_of(tasks) for t in [x for x in tasks if x.workload == w][:args.probe_tasks]]
     backend = build_backend(prefix)
@@ -155,10 +156,9 @@ def prepare(args: argparse.Namespace) -> Setup:
                       draft_threads=args.threads, ctx_size=args.ctx_size, interleave="requests",
                       backend=backend, synth_rates=tuple(args.synth_rates))
     now = time.monotonic()
-    s = Setup(prefix, caps, cfg, ResultStore(work), work, draft_lengths, names, probe_tasks,
-              now + args.budget * 60, now, Progress(quiet=args.quiet), record.facts(prefix, backend, args, names),
-              now + args.probe_share * args.budget * 60)
-    s.top = args.top or (3 if cfg.gpu else 1)
-    s.ngram_probes = args.ngram_probes == "yes" or (args.ngram_probes == "auto" and cfg.gpu)
-    s.shares, s.shares_how = shares, shares_how
-    return s
+    keyed = argparse.Namespace(**{**vars(args), "mix": mixed})  # the key holds the mix normalised
+    return Setup(prefix, caps, cfg, ResultStore(work), work, draft_lengths, names, probe_tasks,
+                 now + args.budget * 60, now, Progress(quiet=args.quiet), record.facts(prefix, backend, keyed, names),
+                 now + args.probe_share * args.budget * 60, top=args.top or (3 if cfg.gpu else 1),
+                 ngram_probes=args.ngram_probes == "yes" or (args.ngram_probes == "auto" and cfg.gpu),
+                 shares=shares, shares_how=shares_how, mix=mixed, meter=meter or progress.ProgressFile())

@@ -47,24 +47,23 @@ def priced_draft(names: list[str]) -> list[str]:
     return [n for n in names if kinds.of(n).priced == kinds.TARGET_DRAFT]
 
 
-def pruned(s: Setup, args: argparse.Namespace, costs: StepCosts) -> dict[str, float]:
+def pruned(s: Setup, args: argparse.Namespace, costs: StepCosts) -> tuple[dict[str, float], list[str]]:
     """Draft lengths the ceiling rules out before any probe: even with every drafted token accepted none would
     clear plain decoding by the margin (then their probes are skipped). Empty when one could, or with
-    --measure-all or --probe-all (which compare every candidate)."""
+    --measure-all or --probe-all (which compare every candidate). With it, what stays open (one line, or none)."""
     draft = [(n, kinds.of(n).length(n) or 0) for n in priced_draft(s.names) if kinds.of(n).probe == kinds.LENGTHS]
     if args.draft is None or not draft or args.measure_all or args.probe_all:
-        return {}
+        return {}, []
     bounds = decide.ceiling_bounds(costs, [k for _, k in draft])
     if max(bounds.values()) >= 1 + args.margin:
-        return {}
+        return {}, []
     # a draft step as slow as the target's: a draft drafting for itself (nothing to win), or a ceiling measured
     # beside other load (a 0.5B step read 0.53 s against the 1.5B's 0.09 s while a test ran): only the first may
     # rule the probes out, and the ceiling cannot tell them apart from the costs alone
     if costs.draft_step_s >= costs.target_step_s and Path(args.draft).resolve() != Path(args.target).resolve():
-        s.open.append(f"the ceiling read the draft's step ({costs.draft_step_s * 1e3:.0f} ms) no faster than the "
-                      f"target's ({costs.target_step_s * 1e3:.0f} ms): other load on the host? The draft model was "
-                      "probed anyway")
-        return {}
+        return {}, [f"the ceiling read the draft's step ({costs.draft_step_s * 1e3:.0f} ms) no faster than the "
+                    f"target's ({costs.target_step_s * 1e3:.0f} ms): other load on the host? The draft model was "
+                    "probed anyway"]
     s.progress.note(f"tune: the ceiling rules out the draft model (at most {max(bounds.values()):.2f}× with every "
                     "drafted token accepted): its probes are skipped")
-    return {n: bounds[k] for n, k in draft}
+    return {n: bounds[k] for n, k in draft}, []

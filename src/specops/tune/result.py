@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from specops.tune.state import Setup
 
 def profile_vars(name: str) -> dict[str, Any]:
     """The role variables that deploy candidate ``name`` (its speculative settings; plain: spec_type none)."""
-    if name == decide.PLAIN:
+    if name == kinds.PLAIN:
         return {"llama_server_spec_type": "none"}
     prof = {k: v for k, v in kinds.of(name).profile(name).items() if k not in EXACT_CACHE}
     if knob("draft_n_max").for_spec_type(str(prof.get("spec_type"))):
@@ -64,17 +65,33 @@ def _rows(preds: list[decide.Prediction], short: Shortlist, measured: list[decid
     return rows
 
 
-def result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: list[decide.Prediction],
-           short: Shortlist, measured: list[decide.Measured], choice: decide.Choice, per_wl: dict[str, str],
-           found: dict[str, probes.ProbeResult]) -> dict[str, Any]:
-    """The record at one stream (``open`` is ``s.open`` itself: what is said later still lands in it)."""
+@dataclass(frozen=True)
+class Found:
+    """What the steps found, carried by the pipeline to the record."""
+
+    over: Overheads | None
+    preds: list[decide.Prediction]
+    short: Shortlist
+    measured: list[decide.Measured]
+    choice: decide.Choice
+    per_wl: dict[str, str]
+    probes: dict[str, probes.ProbeResult]
+    drift: float | None  # the plain server's last probe against its first (per-token time)
+    open: list[str]  # what stays open, one line each, in the order the steps said it
+    retuned: list[str]  # what moved since the --reuse result (tuned again)
+
+
+def result(s: Setup, args: argparse.Namespace, f: Found) -> dict[str, Any]:
+    """The record at one stream: the one builder of it (:func:`streams_figures` adds the figures at N)."""
+    over, preds, short, measured, choice, per_wl, found = (f.over, f.preds, f.short, f.measured, f.choice, f.per_wl,
+                                                           f.probes)
     rows = _rows(preds, short, measured, choice)
     best = best_measured(measured, args.rule)
     return {
         "chosen": choice.chosen, "runner_up": choice.runner_up, "reason": choice.reason,
         "settled": choice.settled, "tie": list(choice.tie), "paired": choice.paired, "left_out": list(choice.left_out),
         "reference": plain_description(PLAIN_UNIT),
-        "mix": args.mix, "mix_how": choice.weighed or mix.describe(args.mix),
+        "mix": s.mix, "mix_how": choice.weighed or mix.describe(s.mix),
         "task_source": record.task_source(args.tasks),
         "interval": "95% confidence for the mean speedup over the traffic's requests (Student-t over the tasks: their "
                     "spread and the A/A noise count in full); one new request spreads wider",
@@ -82,10 +99,10 @@ def result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: li
         if best else None,
         "vars": profile_vars(choice.chosen), "per_workload": per_wl, "candidates": rows,
         "overheads": over.to_dict() if over else None, "probes": {n: r.to_dict() for n, r in found.items()},
-        "open": s.open, "rule": args.rule, "budget_s": args.budget * 60, "phases_s": s.phases,
+        "open": list(f.open), "rule": args.rule, "budget_s": args.budget * 60, "phases_s": s.phases,
         "to_settle_min": choice.to_settle_min, "types_paired": list(choice.pairs),
         "to_settle_tasks": list(choice.to_settle_tasks) if choice.to_settle_tasks else None,
-        "plain_drift": s.drift,
+        "plain_drift": f.drift,
         "elapsed_s": round(time.monotonic() - s.started, 1), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "build": {"commit": s.caps.commit, "prefix": str(s.prefix)},
         "models": {"target": str(args.target), "target_size": Path(args.target).stat().st_size,
@@ -95,7 +112,7 @@ def result(s: Setup, args: argparse.Namespace, over: Overheads | None, preds: li
                        f"{args.parallel} slot(s)",
         "work_dir": str(s.work), "facts": s.facts, "key": record.key(s.facts),
         "kind": record.kind(s.facts, args),  # what another host must share to reuse this record (--shared)
-        "retuned_because": s.retuned,
+        "retuned_because": list(f.retuned),
     }
 
 
@@ -118,26 +135,24 @@ def plan_record(bench: Mapping[str, Any] | None, shares: Mapping[str, float] | N
 
 
 def live_model(s: Setup, costs: StepCosts, over: Overheads | None, chosen: str, measured: list[decide.Measured],
-               blocks: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+               blocks: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any] | None, list[str]]:
     """What the exporter needs to price the chosen profile on the live traffic (:mod:`specops.tune.live`): the step
     costs (the draft model's only where the profile drafts with it), the overheads, and its measured and modelled
     figures on the same requests (``blocks``: the measurement's), and the live check's prediction band for a window of
-    n requests (:func:`live_band`); None for plain decoding or where the model cannot speak for it (said in open)."""
-    if chosen == decide.PLAIN or chosen not in {m.name for m in measured} or over is None:
-        return None
+    n requests (:func:`live_band`); None for plain decoding or where the model cannot speak for it; with it what
+    stays open (why not, or why no band)."""
+    if chosen == kinds.PLAIN or chosen not in {m.name for m in measured} or over is None:
+        return None, []
     if kinds.of(chosen).priced != kinds.TARGET_DRAFT:  # its kind is priced without the draft model's step
         costs = StepCosts(costs.target_step_s, costs.target_rel)
     blocks = list(blocks)
     model, why = live.build(costs, over, blocks, chosen, BASELINE)
     if model is None:
-        s.open.append(f"{chosen}: {why}")
-        return None
+        return None, [f"{chosen}: {why}"]
     out = model.to_dict()
     band, why = live_band(model, blocks, chosen, s.shares)
-    if band is None:
-        s.open.append(f"{chosen}: {why}")
     out["band"] = band
-    return out
+    return out, [] if band is not None else [f"{chosen}: {why}"]
 
 
 def live_band(model: live.LiveModel, blocks: list[Mapping[str, Any]], chosen: str,
@@ -153,7 +168,7 @@ def live_band(model: live.LiveModel, blocks: list[Mapping[str, Any]], chosen: st
         return None, f"no prediction band for the live check ({exc})"
 
 
-def at_streams(out: dict[str, Any], args: argparse.Namespace, at_n: streams.AtN | None) -> None:
+def streams_figures(out: dict[str, Any], args: argparse.Namespace, at_n: streams.AtN | None) -> None:
     """--parallel N > 1: the figures at N streams (None: not measured) and what the record's figures are for."""
     out["streams"] = at_n.to_dict() if at_n else None
     if at_n:

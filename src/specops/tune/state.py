@@ -21,8 +21,11 @@ class TuneError(RuntimeError):
     pass
 
 
-@dataclass
+@dataclass(frozen=True)
 class Setup:
+    """What the steps read, fixed when the tune starts (frozen: a step returns what it found, the pipeline carries
+    it; only the progress file and the phases' clock are written as the tune goes)."""
+
     prefix: Path
     caps: Capabilities
     cfg: BenchConfig
@@ -36,10 +39,7 @@ class Setup:
     progress: Progress
     facts: dict[str, Any]
     probe_until: float = 0.0
-    drift: float | None = None  # the plain server's second probe against its first (per-token time, -1..)
-    open: list[str] = field(default_factory=list)
-    retuned: list[str] = field(default_factory=list)  # what moved since the --reuse result (tuned again)
-    phases: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # the pipeline's clock (:meth:`phase`)
     meter: progress.ProgressFile = field(default_factory=progress.ProgressFile)  # --progress-file
     top: int = 3  # candidates measured besides the engine's default (--top, else per build: 3 on a GPU, 1 on a CPU)
     ngram_probes: bool = True  # each n-gram type probed before the measurement (--ngram-probes)
@@ -47,6 +47,7 @@ class Setup:
     # :func:`specops.tune.choose.planned`), and how the record says they were formed
     shares: dict[str, float] | None = None
     shares_how: str = ""
+    mix: dict[str, float] | None = None  # --mix, normalised (zero shares left out); None: no --mix
 
     def left(self) -> float:
         return self.deadline - time.monotonic()

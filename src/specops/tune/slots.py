@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from specops import kinds
 from specops.bench import ceiling as ceil
 from specops.bench.arms import BASELINE, on_unit, parse_arm
 from specops.fit import MIB, FitError, FitParams, Memory, estimate, measure_memory
@@ -54,38 +55,36 @@ def streams_fit(s: Setup, args: argparse.Namespace, name: str, n: int,
 
 
 def at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice, measured: list[decide.Measured],
-         plain_s_per_token: float = 0.0) -> tuple[streams.AtN | None, decide.Choice]:
+         plain_s_per_token: float = 0.0) -> tuple[streams.AtN | None, decide.Choice, list[str]]:
     """The service runs N slots: the one-stream choice (or, plain decoding chosen, the best measured that may win)
     against plain decoding, both with N streams in flight, and the choice for N (:mod:`specops.tune.streams`).
     ``plain_s_per_token`` (the plain probe's, one stream) gives each phase's tail (:func:`streams.request_s`), as it
-    gave the reserve the one-stream measurement left for this."""
+    gave the reserve the one-stream measurement left for this. With them, what stays open (one line, or none)."""
     n = args.parallel
     best = best_measured(measured, args.rule)
-    name = choice.chosen if choice.chosen != decide.PLAIN else (best.name if best else None)
+    name = choice.chosen if choice.chosen != kinds.PLAIN else (best.name if best else None)
     if name is None:
-        s.open.append(f"nothing measured at {n} streams: no candidate measured at one stream may be chosen")
-        return None, choice
+        return None, choice, [f"nothing measured at {n} streams: no candidate measured at one stream may be chosen"]
     fit_n, why = streams_fit(s, args, name, n)
-    if fit_n < n:
-        s.open.append(why)
-        if fit_n < 2:
-            return None, choice
-        n = fit_n
+    said = [why] if fit_n < n else []
+    if fit_n < 2:
+        return None, choice, said
+    n = fit_n
     workloads = tuple(w for w in args.workloads.split(",") if w.strip())
     plan = streams.plan_for(n, s.left() - REPORT_RESERVE_S - streams.START_S, args.max_tokens,
                             tuple(str(p) for p in args.tasks or ()), workloads,
                             tail_s=streams.request_s(n, args.max_tokens, plain_s_per_token))
     if plan is None:
-        s.open.append(f"{name}: not measured at {n} streams (the budget was spent): the choice is for one stream")
-        return None, choice
+        return None, choice, [*said, f"{name}: not measured at {n} streams (the budget was spent): the choice is for "
+                              "one stream"]
     s.meter.update("streams", f"{name} and plain decoding, {n} streams each, {plan.blocks} blocks", s.left())
     at = streams.measure(s.cfg, name, n, plan, s.work / f"streams-n{n}")
     stands, settled, why = streams.verdict(at, args.margin, args.rule == "identical")
     if stands == (choice.chosen == name):  # the one-stream choice holds at N
-        return at, dataclasses.replace(choice, reason=f"{choice.reason}; at {n} streams: {why}")
+        return at, dataclasses.replace(choice, reason=f"{choice.reason}; at {n} streams: {why}"), said
     if stands:
         return at, decide.Choice(name, None, f"chosen for {n} streams: {why} (at one stream: {choice.reason})",
-                                 choice.figures, left_out=choice.left_out, weighed=choice.weighed)
-    return at, decide.Choice(decide.PLAIN, name, f"plain decoding for {n} streams: {why} (at one stream: "
+                                 choice.figures, left_out=choice.left_out, weighed=choice.weighed), said
+    return at, decide.Choice(kinds.PLAIN, name, f"plain decoding for {n} streams: {why} (at one stream: "
                              f"{choice.reason})", choice.figures, settled=settled, left_out=choice.left_out,
-                             weighed=choice.weighed)
+                             weighed=choice.weighed), said
