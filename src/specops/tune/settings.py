@@ -103,9 +103,10 @@ def _knob(name: str, flag: str, passed: str, doc: str) -> Setting:
 SETTINGS: tuple[Setting, ...] = (
     # ---- the tune's own (roles/llama_server's tune block) ---------------------------------------------------
     Setting("tune", "str", "auto: run `specops tune` on the host before the units are rendered and deploy the "
-            "profile that pays here, choosing only what the inventory left open: llama_server_spec_type auto (the "
-            "draft model, an n-gram type or llama.cpp's default) and llama_server_draft_n_max null (the draft length "
-            "among llama_server_tune_lengths). It prices every candidate (llama-bench, short probes), measures the "
+            "profile that pays here, choosing only what the inventory left open: llama_server_spec_type auto (every "
+            "kind the models and the build allow: the draft model, an EAGLE-3 draft, the target's MTP head, an "
+            "n-gram type, llama.cpp's default; specops.kinds) and llama_server_draft_n_max null (the length among "
+            "llama_server_tune_lengths; with draft-simple, draft-eagle3 or draft-mtp set, that kind's length only). It prices every candidate (llama-bench, short probes), measures the "
             "best few side by side against plain decoding with identical output, and renders the winner into the "
             "unit; plain decoding as its answer is served directly (spec type none, one restart, nothing for the "
             "speed gate to judge) unless the inventory set the kind, which then stays for the speed gate to judge. "
@@ -118,7 +119,8 @@ SETTINGS: tuple[Setting, ...] = (
             "would settle it. On a 2-core CPU the standard set used 888 s of 900 (ceiling, probes, 24 blocks of "
             "plain decoding beside llama.cpp's default n-gram type; the workloads where nothing could pay stopped "
             "after 3-5 tasks, every figure settled)", "--budget", VALUE, default=15, low=0.5),
-    Setting("tune_lengths", "list", "Draft lengths the tune considers when llama_server_draft_n_max is null",
+    Setting("tune_lengths", "list", "Draft lengths (a draft model's, an EAGLE-3 draft's, MTP's n-max) the tune "
+            "considers when llama_server_draft_n_max is null",
             "--lengths", SCOPE, default=(2, 4, 8, 12, 16), elements="int"),
     Setting("tune_max_tokens", "int", "max_tokens of each request the tune measures side by side", "--max-tokens",
             VALUE, default=96, low=8),
