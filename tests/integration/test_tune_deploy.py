@@ -176,11 +176,12 @@ def test_a_plain_answer_with_the_kind_left_open_is_served_directly(tuned, labhos
     """llama_server_spec_type auto and the tune's answer plain decoding: the unit serves plain decoding (spec type
     none, no draft model), started once by this deploy (no speculative unit installed, measured by the speed gate and
     replaced), and the speed gate's record says it measured nothing because the tune's answer was plain. The result is
-    planted as the host's record for the settings of spec type auto (its key recomputed: the tune's --ngram and
-    --no-default differ), so the deploy reuses it: a plain answer is what this CPU gives, and the test is about the
+    planted as the host's record for the settings of spec type auto (its key recomputed: the tune's --kinds
+    differs), so the deploy reuses it: a plain answer is what this CPU gives, and the test is about the
     deploy's side."""
     res = host_json(labhost, "tune.json")
     res["facts"]["settings"] |= {"ngram": "auto", "no_default": False}  # what spec type auto passes specops tune
+    res["facts"]["settings"].pop("kinds", None)  # spec type auto: every kind (--kinds auto, left out of the key)
     res["key"] = record.key(res["facts"])
     res |= {"chosen": "plain", "runner_up": None, "vars": {"llama_server_spec_type": "none"},
             "reason": "no candidate beat plain decoding with a confident interval: planted"}
