@@ -138,7 +138,7 @@ def lookahead(monkeypatch):
     return LOOKAHEAD
 
 
-def test_a_made_up_kind_goes_through_every_step(lookahead):
+def test_a_made_up_kind_goes_through_every_step(lookahead, tmp_path):
     f = files(spec_types=(*TYPES, "ngram-map-k"), ngram=(), with_default=False, lengths=(3, 6))
     names = kinds.candidates(f)
     assert names == ["exact-la-n3", "exact-la-n6"]
@@ -168,6 +168,8 @@ def test_a_made_up_kind_goes_through_every_step(lookahead):
     assert c.chosen == "exact-la-n3"
     assert kinds.fit_spec_types(names) == [("ngram-map-k", False, 6)]
     assert kinds.parse_only("lookahead") == frozenset({"lookahead"})
+    args = argparse.Namespace(**{k: None for k in record.SETTINGS}, tasks=None, target=None, draft=None, parallel=1)
+    assert record.facts(tmp_path, "cpu", args, names)["settings"]["candidate_kinds"] == ["lookahead"]
     assert "look-ahead among 3,6" in scope("auto", "ngram-map-k", None, False, [3, 6]).why
 
 
