@@ -1,6 +1,6 @@
 """The kinds of speculation the tune chooses among, declared once (in the manner of the knob table,
 :mod:`specops.knobs`): plain decoding, a draft model at length k, EAGLE-3 at length k, the target's own MTP head at
-n-max k, each n-gram type, and llama.cpp's default config.
+n-max k, the type list of that head with ngram-mod, each n-gram type, and llama.cpp's default config.
 
 Each :class:`Kind` declares
 
@@ -12,8 +12,9 @@ Each :class:`Kind` declares
 * its **probe** (``probe``): one probe at the longest and the shortest length, whose per-position acceptance
   predicts every length of the kind (``LENGTHS``), or each candidate its own probe (``OWN``);
 * what a **cheaper tie member** means (``tier`` and :func:`tie_rank`): plain decoding, then what loads nothing beside
-  the target (n-gram types, llama.cpp's default, then the target's MTP head, which runs extra layers), then what loads
-  a draft model; within a kind the shorter draft, and llama.cpp's own default type first.
+  the target (n-gram types, llama.cpp's default), then the target's MTP head (extra layers), then a type list of it
+  with ngram-mod, then what loads a draft model; within a kind the shorter draft, and llama.cpp's own default type
+  first.
 
 Every step of the tune reads this table (:func:`candidates`, :func:`probe_names`, :func:`essential`, :func:`of`,
 :func:`tie_rank`, :func:`fit_spec_types`): adding a kind is one entry here plus its cost terms
@@ -77,7 +78,8 @@ class Kind:
     available: Callable[[Files], bool]  # can it run with these files and this build
     priced: str  # TARGET or TARGET_DRAFT
     probe: str  # NONE, LENGTHS or OWN
-    tier: int  # 0 plain, 1 nothing loaded beside the target, 2 extra layers of the target, 3 a draft model
+    tier: int  # 0 plain, 1 nothing loaded beside the target, 2 extra layers of the target, 3 those and an n-gram
+    # drafter beside them (a type list), 4 a draft model
     draft_model: bool = False  # the server loads --draft (-md)
     # named in the tune record's key where a candidate is of this kind (the kinds measured since this table; a record
     # written before, whose candidates were all of the earlier kinds, keeps its key)
@@ -140,11 +142,11 @@ KINDS: list[Kind] = [
          description="plain decoding: no speculation (the reference every ratio is taken against)"),
     Kind("draft", "exact-n<K>", re.compile(r"^(?:exact|draft)-n(\d+)$"), "draft-simple",
          "a draft model (specops tune's draft model, any architecture but eagle3)",
-         lambda f: f.draft_arch not in (None, EAGLE3_ARCH), TARGET_DRAFT, LENGTHS, 3, draft_model=True,
+         lambda f: f.draft_arch not in (None, EAGLE3_ARCH), TARGET_DRAFT, LENGTHS, 4, draft_model=True,
          names=_lengths("draft"), length_name="draft length", description="a draft model drafts K tokens a round"),
     Kind("eagle3", "exact-eagle3-n<K>", re.compile(r"^(?:exact-)?eagle3-n(\d+)$"), "draft-eagle3",
          "an EAGLE-3 draft (specops tune's draft model, of architecture eagle3)",
-         lambda f: f.draft_arch == EAGLE3_ARCH and "draft-eagle3" in f.spec_types, TARGET, LENGTHS, 3,
+         lambda f: f.draft_arch == EAGLE3_ARCH and "draft-eagle3" in f.spec_types, TARGET, LENGTHS, 4,
          draft_model=True, names=_lengths("eagle3"), keyed=True,
          length_name="EAGLE-3 draft length",
          description="an EAGLE-3 head over the target's hidden states drafts K tokens a round (its step is not "
@@ -155,6 +157,14 @@ KINDS: list[Kind] = [
          length_name="MTP n-max",
          description="the target's own multi-token-prediction head drafts, n-max K (its step is not priced apart: "
                      "llama-bench cannot run the head alone)"),
+    Kind("mtp-ngram", "exact-mtp-n<K>-ngram-mod", re.compile(r"^(?:exact-)?mtp-n(\d+)-ngram-mod$"),
+         "draft-mtp,ngram-mod", "a target with MTP layers",
+         lambda f: f.target_mtp and {"draft-mtp", "ngram-mod"} <= set(f.spec_types)
+         and (f.ngram is None or "ngram-mod" in f.ngram), TARGET, LENGTHS, 3, names=lambda f: [
+             f"exact-mtp-n{k}-ngram-mod" for k in sorted(set(f.lengths))], keyed=True,
+         length_name="MTP n-max (with ngram-mod)",
+         description="a type list: the target's MTP head and ngram-mod both draft (--spec-type draft-mtp,ngram-mod), "
+                     "n-max K"),
     Kind("ngram", "exact-<ngram type>", re.compile(r"^(?:exact-)?(ngram-(?:simple|map-k|map-k4v|mod|cache))$"), None,
          "", lambda f: True, TARGET, OWN, 1, names=_ngram_names,
          description="an n-gram type: drafts from the context's own n-grams, no model beside the target"),

@@ -60,6 +60,17 @@ def test_a_target_with_mtp_layers_brings_the_mtp_head_at_each_n_max():
     assert kinds.candidates(files(ngram=(), with_default=False)) == []
 
 
+def test_a_target_with_mtp_layers_brings_its_type_list_with_ngram_mod_too():
+    got = kinds.candidates(files(target_mtp=True, lengths=(3,), with_default=False))
+    assert got == ["exact-mtp-n3", "exact-mtp-n3-ngram-mod", "exact-ngram-mod", "exact-ngram-simple",
+                   "exact-ngram-cache"]
+    assert kinds.of("exact-mtp-n3-ngram-mod").profile("exact-mtp-n3-ngram-mod") == {
+        "spec_type": "draft-mtp,ngram-mod", "draft_n_max": 3, **kinds.EXACT_NUMERICS}
+    assert kinds.tie_rank("exact-mtp-n3") < kinds.tie_rank("exact-mtp-n3-ngram-mod") < kinds.tie_rank("exact-n2")
+    s = scope("auto", "draft-mtp, ngram-mod", None, False, [2, 4])
+    assert s.run and s.args == ("--lengths", "2,4", "--kinds", "mtp-ngram"), s
+
+
 def test_an_eagle3_draft_is_measured_as_eagle3_never_as_a_draft_model():
     got = kinds.candidates(files(draft_arch=kinds.EAGLE3_ARCH, ngram=(), with_default=False))
     assert got == ["exact-eagle3-n2", "exact-eagle3-n4"]
@@ -74,7 +85,8 @@ def test_kinds_narrows_the_candidates_to_the_kinds_asked():
         kinds.parse_only("mtp,lookahead")
 
 
-@pytest.mark.parametrize("name", ["exact-n4", "exact-eagle3-n3", "exact-mtp-n2", "exact-ngram-mod",
+@pytest.mark.parametrize("name", ["exact-n4", "exact-eagle3-n3", "exact-mtp-n2", "exact-mtp-n2-ngram-mod",
+                                  "exact-ngram-mod",
                                   "exact-ngram-map-k4v", "exact-spec-default", "draft-n8", "mtp-n3", "ngram-simple"])
 def test_each_kind_is_an_arm_of_the_bench_with_the_same_settings(name):
     kind, arm = kinds.of(name), parse_arm(name)

@@ -21,7 +21,7 @@ from typing import Any
 
 from specops import kinds
 from specops.kinds import PLAIN
-from specops.knobs import uses_draft_model
+from specops.knobs import spec_type_members, uses_draft_model
 from specops.tune import mix
 
 SPEC_TYPE = "llama_server_spec_type"
@@ -54,7 +54,8 @@ def scope(mode: str, spec_type: object, draft_n_max: object, has_draft: bool,
                             f"in the inventory, so the tune does not run (set {SPEC_TYPE}: auto or {DRAFT_N_MAX}: "
                             "null to let it choose)")
     by_type = {k.spec_type: k for k in kinds.KINDS if k.probe == kinds.LENGTHS}  # kinds with a length to choose
-    if not free_type and spec_type not in by_type:
+    listed = ",".join(spec_type_members(spec_type))  # a type list as llama-server takes it ("draft-mtp,ngram-mod")
+    if not free_type and listed not in by_type:
         return Scope(False, f"explicit settings win: {SPEC_TYPE}={spec_type} is set; the tune chooses the length of "
                             f"a kind that has one ({', '.join(map(str, by_type))}) and between kinds (with "
                             f"{SPEC_TYPE}: auto), so it does not run")
@@ -71,7 +72,7 @@ def scope(mode: str, spec_type: object, draft_n_max: object, has_draft: bool,
         what.append("the n-gram types this build has and llama.cpp's default (and the target's MTP head where it "
                     f"has one, at n-max {among})")
     else:
-        kind = by_type[spec_type]
+        kind = by_type[listed]
         what.append(f"{kind.length_name} {among}")
         args += ["--kinds", kind.key]
     return Scope(True, "the tune chooses " + " and ".join(what) + " against plain decoding", tuple(args), draft)
