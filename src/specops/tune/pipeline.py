@@ -58,13 +58,8 @@ def tune(s: Setup, args: argparse.Namespace, retuned: list[str] | None = None) -
         open_ += said
         s.phase("streams", t)
     live_model, said = result.live_model(s, costs, over, choice.chosen, measured, (bench or {}).get("blocks") or ())
-    out = result.result(s, args, result.Found(over, preds, short, measured, choice, per_wl, found, probed.drift,
-                                              [*open_, *said], retuned or []))
-    out["plan"] = result.plan_record(bench, s.shares)
-    out["live_model"] = live_model
-    if args.parallel > 1:
-        result.streams_figures(out, args, at_n)
-    return out
+    return result.result(s, args, result.Found(over, preds, short, measured, choice, per_wl, found, probed.drift,
+                                               [*open_, *said], retuned or [], bench, live_model, at_n))
 
 
 def watched(s: Setup, args: argparse.Namespace, retuned: list[str] | None = None

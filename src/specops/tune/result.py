@@ -79,15 +79,19 @@ class Found:
     drift: float | None  # the plain server's last probe against its first (per-token time)
     open: list[str]  # what stays open, one line each, in the order the steps said it
     retuned: list[str]  # what moved since the --reuse result (tuned again)
+    bench: Mapping[str, Any] | None = None  # the side-by-side measurement's results (its plan: where blocks went)
+    live_model: dict[str, Any] | None = None  # what the exporter prices the live traffic with (:func:`live_model`)
+    at_n: streams.AtN | None = None  # the figures at N streams (--parallel N > 1; None: not measured)
 
 
 def result(s: Setup, args: argparse.Namespace, f: Found) -> dict[str, Any]:
-    """The record at one stream: the one builder of it (:func:`streams_figures` adds the figures at N)."""
+    """The record: the one builder of it (at one stream; with --parallel N > 1 the figures at N,
+    :func:`streams_figures`)."""
     over, preds, short, measured, choice, per_wl, found = (f.over, f.preds, f.short, f.measured, f.choice, f.per_wl,
                                                            f.probes)
     rows = _rows(preds, short, measured, choice)
     best = best_measured(measured, args.rule)
-    return {
+    out = {
         "chosen": choice.chosen, "runner_up": choice.runner_up, "reason": choice.reason,
         "settled": choice.settled, "tie": list(choice.tie), "paired": choice.paired, "left_out": list(choice.left_out),
         "reference": plain_description(PLAIN_UNIT),
@@ -113,7 +117,11 @@ def result(s: Setup, args: argparse.Namespace, f: Found) -> dict[str, Any]:
         "work_dir": str(s.work), "facts": s.facts, "key": record.key(s.facts),
         "kind": record.kind(s.facts, args),  # what another host must share to reuse this record (--shared)
         "retuned_because": list(f.retuned),
+        "plan": plan_record(f.bench, s.shares), "live_model": f.live_model,
     }
+    if args.parallel > 1:
+        streams_figures(out, args, f.at_n)
+    return out
 
 
 def plan_record(bench: Mapping[str, Any] | None, shares: Mapping[str, float] | None) -> dict[str, Any] | None:
