@@ -120,8 +120,12 @@ def test_the_record_keys_the_new_kinds_only(tmp_path):
     """A record written before the table (draft lengths, n-gram types, llama.cpp's default) keeps its key; one with
     an MTP or EAGLE-3 candidate names the kinds in its settings."""
     args = argparse.Namespace(**{k: None for k in record.SETTINGS}, tasks=None, target=None, draft=None, parallel=1)
+    args.kinds = "auto"  # specops tune's default: left out of the key, as before the table
     old = record.facts(tmp_path, "cpu", args, ["exact-n2", "exact-ngram-mod"])["settings"]
     assert "candidate_kinds" not in old and "kinds" not in old
+    args.kinds = "draft"
+    assert record.facts(tmp_path, "cpu", args, ["exact-n2"])["settings"]["kinds"] == "draft"
+    args.kinds = "auto"
     new = record.facts(tmp_path, "cpu", args, ["exact-n2", "exact-mtp-n2"])["settings"]
     assert new["candidate_kinds"] == ["mtp"]
 

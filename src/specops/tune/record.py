@@ -111,7 +111,7 @@ def facts(prefix: Path, backend: str, args: argparse.Namespace, names: Sequence[
     if settings["mix"] is None:  # no --mix: left out, so the results written before the setting keep their key
         del settings["mix"]
     settings["tasks"] = [hashlib.sha256(Path(p).read_bytes()).hexdigest()[:16] for p in args.tasks or ()]
-    if not settings.get("kinds"):  # --kinds auto: left out, as --mix
+    if settings.get("kinds") in (None, "", "auto"):  # --kinds auto: left out, as --mix
         settings.pop("kinds", None)
     keyed = sorted({kinds.of(n).key for n in names if kinds.of(n).keyed})
     if keyed:
