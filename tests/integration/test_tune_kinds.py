@@ -13,6 +13,7 @@ accepts), and what it serves is the kind's own setting. Checks the mechanics, no
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def _check(res: dict, kind_of: dict[str, str], spec_types: dict[str, str]) -> No
         assert res["probes"][name]["drafts"] > 0 and res["probes"][name]["accepted"] > 0, res["probes"][name]
         assert by[name]["predicted"] is not None and "not priced" in by[name]["how"], by[name]
         assert by[name]["vars"]["llama_server_spec_type"] == spec_types[kind_of[name]]
-        assert by[name]["vars"]["llama_server_draft_n_max"] == int(name.split("-n")[-1].split("-")[0])
+        assert by[name]["vars"]["llama_server_draft_n_max"] == int(re.search(r"-n(\d+)", name).group(1))
     # measured side by side with the unit's plain decoding (or what stopped it said)
     measured = [n for n in names if by[n]["measured"] is not None]
     assert measured or res["open"], res
