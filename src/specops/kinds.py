@@ -163,8 +163,8 @@ KINDS: list[Kind] = [
          and (f.ngram is None or "ngram-mod" in f.ngram), TARGET, LENGTHS, 3, names=lambda f: [
              f"exact-mtp-n{k}-ngram-mod" for k in sorted(set(f.lengths))], keyed=True,
          length_name="MTP n-max (with ngram-mod)",
-         description="a type list: the target's MTP head and ngram-mod both draft (--spec-type draft-mtp,ngram-mod), "
-                     "n-max K"),
+         description="a type list: the target's MTP head and ngram-mod both draft (spec type "
+                     "draft-mtp,ngram-mod), n-max K"),
     Kind("ngram", "exact-<ngram type>", re.compile(r"^(?:exact-)?(ngram-(?:simple|map-k|map-k4v|mod|cache))$"), None,
          "", lambda f: True, TARGET, OWN, 1, names=_ngram_names,
          description="an n-gram type: drafts from the context's own n-grams, no model beside the target"),
