@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.unit.test_role_tags import tasks
+
 pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,18 +34,6 @@ TEMPLATED = {
     "{{ _llama_server_pool_action }}": ["drain", "ready"],                   # llama_server/tasks/pool.yml
     "{{ systemd_unit_prove_tasks }}": ["roles/tabbyapi/tasks/verify.yml"],   # systemd_unit/tasks/apply.yml
 }
-
-
-def tasks(node: object) -> Iterator[dict]:
-    """Every play, task and block of a parsed playbook or task file, nested ones included."""
-    if isinstance(node, list):
-        for item in node:
-            yield from tasks(item)
-    elif isinstance(node, dict):
-        yield node
-        for key in ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always"):
-            if isinstance(node.get(key), list):
-                yield from tasks(node[key])
 
 
 def role_file(role: str, name: str) -> Path:
