@@ -74,14 +74,24 @@ def _described(k: Knob) -> str:
     return k.doc + (f" ({'; '.join(extra)})" if extra else "")
 
 
+def _commented_default(doc: str, var: str, value: object) -> list[str]:
+    """A setting in defaults/main.yml: its documentation as a comment, then the variable and its default."""
+    return [*textwrap.wrap(doc, 116, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False),
+            f"{var}: {_scalar(value)}"]
+
+
+def _description(doc: str, indent: str) -> list[str]:
+    """A setting's description in meta/argument_specs.yml, folded."""
+    return [f"{indent}  description: >-", *textwrap.wrap(doc, 110, initial_indent=f"{indent}    ",
+                                                         subsequent_indent=f"{indent}    ", break_on_hyphens=False)]
+
+
 def defaults_block() -> str:
     lines = []
     for k in KNOBS:
         if not k.role or k.name in COMPUTED:
             continue
-        lines += textwrap.wrap(_described(k), 116, initial_indent="# ", subsequent_indent="# ",
-                               break_on_hyphens=False)
-        lines.append(f"{k.role_var}: {_scalar(role_default(k))}")
+        lines += _commented_default(_described(k), k.role_var, role_default(k))
     return "\n".join(lines) + "\n"
 
 
@@ -101,9 +111,7 @@ def specs_block(indent: str = "      ") -> str:
             flow = f"{indent}  choices: {_scalar(choices)}"
             lines += [flow] if len(flow) <= 116 else [f"{indent}  choices:", *(f"{indent}    - {_scalar(c)}"
                                                                                  for c in choices)]
-        lines.append(f"{indent}  description: >-")
-        lines += textwrap.wrap(_described(k), 110, initial_indent=f"{indent}    ", subsequent_indent=f"{indent}    ",
-                               break_on_hyphens=False)
+        lines += _description(_described(k), indent)
     return "\n".join(lines) + "\n"
 
 
@@ -117,9 +125,7 @@ def tune_defaults_block() -> str:
     for s in tune_settings.own():
         if s.computed:
             continue
-        lines += textwrap.wrap(_tune_described(s), 116, initial_indent="# ", subsequent_indent="# ",
-                               break_on_hyphens=False)
-        lines.append(f"{s.var}: {_scalar(s.default)}")
+        lines += _commented_default(_tune_described(s), s.var, s.default)
     return "\n".join(lines) + "\n"
 
 
@@ -135,9 +141,7 @@ def tune_specs_block(indent: str = "      ") -> str:
             lines.append(f"{indent}  default: {_scalar(s.default)}")
         if s.choices:
             lines.append(f"{indent}  choices: {_scalar(s.choices)}")
-        lines.append(f"{indent}  description: >-")
-        lines += textwrap.wrap(_tune_described(s), 110, initial_indent=f"{indent}    ",
-                               subsequent_indent=f"{indent}    ", break_on_hyphens=False)
+        lines += _description(_tune_described(s), indent)
     return "\n".join(lines) + "\n"
 
 

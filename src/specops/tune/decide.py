@@ -187,11 +187,6 @@ class Choice:
                 "to_settle_tasks": list(self.to_settle_tasks) if self.to_settle_tasks else None}
 
 
-def cost(name: str) -> tuple[int, int, int]:
-    """How much a profile costs to serve, for breaking ties: its kind's rank (:func:`specops.kinds.tie_rank`)."""
-    return kinds.tie_rank(name)
-
-
 def overlaps(a: Interval, b: Interval) -> bool:
     """Do two intervals share a value (the data cannot tell them apart)?"""
     assert a.low is not None and a.high is not None and b.low is not None and b.high is not None
@@ -222,11 +217,11 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     *no gain*, the tune's futility stop; two runs of the same tune otherwise chose a 1.03x [1.01, 1.05] in one and
     plain decoding for a 1.00x [0.96, 1.05] in the next). The best is the fastest usable candidate (an interval,
     identical output under the identity rule); its **tie** is every usable candidate whose interval overlaps the
-    best's. The cheapest deployable tie member (:func:`cost`) is served, whether or not the best itself is deployable
-    (ngram-mod [1.05, 1.15] beside a wide n8 1.20 [0.97, 1.48]: ngram-mod) and never one that is not (ngram-mod
-    1.02 [1.01, 1.04] beside n8 [1.03, 1.17]: n8). With no deployable tie member plain decoding is served (plain
-    decoding in the tie): *settled* when the best cannot gain ``margin`` (its interval lies below 1 + margin) and
-    *undecided* otherwise. ``paired(a, b)``: a ÷ b in the same blocks, for the record (the chosen against the
+    best's. The cheapest deployable tie member (``kinds.tie_rank``) is served, whether or not the best itself is
+    deployable (ngram-mod [1.05, 1.15] beside a wide n8 1.20 [0.97, 1.48]: ngram-mod) and never one that is not
+    (ngram-mod 1.02 [1.01, 1.04] beside n8 [1.03, 1.17]: n8). With no deployable tie member plain decoding is served
+    (plain decoding in the tie): *settled* when the best cannot gain ``margin`` (its interval lies below 1 + margin)
+    and *undecided* otherwise. ``paired(a, b)``: a ÷ b in the same blocks, for the record (the chosen against the
     runner-up). ``left_out``: what could not be compared at all (never in a block with plain decoding), one line
     each, kept in the record."""
     figures = {m.name: m.speedup.fmt() for m in measured}
@@ -238,7 +233,7 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
                       settled=not measured, left_out=tuple(left))
     best = max(usable, key=lambda m: m.speedup.estimate)
     tie = [m for m in usable if overlaps(m.speedup, best.speedup)]
-    tie.sort(key=lambda m: (cost(m.name), -m.speedup.estimate))
+    tie.sort(key=lambda m: (kinds.tie_rank(m.name), -m.speedup.estimate))
     names = tuple(m.name for m in tie)
     span = f"{min(float(m.speedup.low or 0) for m in tie):.2f}–{max(float(m.speedup.high or 0) for m in tie):.2f}×"
     small = best.speedup.significantly_below(1.0 + margin)  # confidently under what deploying it is worth

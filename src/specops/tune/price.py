@@ -29,8 +29,8 @@ def ceiling(s: Setup, args: argparse.Namespace) -> tuple[StepCosts, dict[str, An
     num = ceil.Numerics.of_profile(EXACT_CACHE, {})
     # verification batches up to the longest length + 1 where a kind drafts by lengths; the draft model's step only
     # where a kind is priced with it (an EAGLE-3 head cannot run in llama-bench without its target)
-    lengths = [k.length(n) or 0 for n in s.names for k in [kinds.of(n)] if k.probe == kinds.LENGTHS]
-    kmax = max(lengths) + 1 if lengths else 2
+    longest = max((k for k in (kinds.of(n).length(n) for n in s.names) if k), default=None)
+    kmax = longest + 1 if longest else 2
     ks = sorted({k for k in CEILING_KS if k <= kmax} | {kmax})
     drafts = {"draft": Path(args.draft)} if args.draft and priced_draft(s.names) else {}
     try:
@@ -51,7 +51,7 @@ def pruned(s: Setup, args: argparse.Namespace, costs: StepCosts) -> tuple[dict[s
     """Draft lengths the ceiling rules out before any probe: even with every drafted token accepted none would
     clear plain decoding by the margin (then their probes are skipped). Empty when one could, or with
     --measure-all or --probe-all (which compare every candidate). With it, what stays open (one line, or none)."""
-    draft = [(n, kinds.of(n).length(n) or 0) for n in priced_draft(s.names) if kinds.of(n).probe == kinds.LENGTHS]
+    draft = [(n, k) for n in priced_draft(s.names) if (k := kinds.of(n).length(n))]
     if args.draft is None or not draft or args.measure_all or args.probe_all:
         return {}, []
     bounds = decide.ceiling_bounds(costs, [k for _, k in draft])
