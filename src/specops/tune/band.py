@@ -42,19 +42,24 @@ LEVEL = 0.99
 GRID = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)  # window sizes tabulated (requests)
 SHARES = "the tune's shares"  # the spread drawn at the tune's shares (the others: one workload alone each)
 WHAT = ("a prediction band for a window of n requests: the spread of the live figure over windows of n new requests of "
-        "the tune's kinds (its measured requests resampled, its tasks reweighed each window), at its shares and of "
-        "each of its workloads alone; windows: the same windows about the tune's own figure, for the loss check")
+        "the tune's kinds (its measured requests resampled, its tasks reweighed each window, the edges widened on the "
+        "log scale for the kinds' tasks it did not measure), at its shares and of each of its workloads alone; "
+        "windows: the same windows about the tune's own figure, for the loss check")
 
 
 @dataclass(frozen=True)
 class Spread:
     """How windows of one kind read: drawn at ``mix`` (:data:`SHARES`, or one workload's name alone). ``centre``: the
-    figure of a window without end; ``rows``: (n, low, high) at the band's level, n ascending."""
+    figure of a window without end; ``rows``: (n, low, high) at the band's level, n ascending; ``tasks``: the fewest
+    tasks a drawn workload measured, and ``widened``: how much wider than the resampled windows' the edges lie on the
+    log scale for the kind's tasks not measured (1: the tune's own requests alone; :mod:`specops.tune.windows`)."""
 
     mix: str
     tokens_per_request: float
     centre: float
     rows: tuple[tuple[float, float, float], ...]
+    tasks: int = 0
+    widened: float = 1.0
 
     def requests(self, tokens: float) -> float:
         """A window of ``tokens`` generated tokens, in this spread's requests."""
@@ -77,7 +82,7 @@ class Spread:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mix": self.mix, "tokens_per_request": round(self.tokens_per_request, 2),
-                "centre": round(self.centre, 5),
+                "centre": round(self.centre, 5), "tasks": self.tasks, "widened": round(self.widened, 4),
                 "windows": [{"n": n, "low": round(lo, 5), "high": round(hi, 5)} for n, lo, hi in self.rows]}
 
 
@@ -136,8 +141,12 @@ def _spread(where: str, value: Any) -> Spread:
         if lo > hi or (out and n <= out[-1][0]):
             raise ValueError(f"{where}.windows[{i}] has low above high, or n not ascending")
         out.append((n, lo, hi))
+    tasks = value.get("tasks", 0)
+    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 0:
+        raise ValueError(f"{where}.tasks is {str(tasks)[:40]!r}, not a count of tasks")
     return Spread(mix, _positive(f"{where}.tokens_per_request", value.get("tokens_per_request")),
-                  _positive(f"{where}.centre", value.get("centre")), tuple(out))
+                  _positive(f"{where}.centre", value.get("centre")), tuple(out), tasks,
+                  _positive(f"{where}.widened", value.get("widened", 1.0)))
 
 
 def parse(value: Any) -> Band:

@@ -14,16 +14,28 @@ the uncertainty of the tune's own figure (about its confidence interval for the 
 on nothing. Without it (``predictive=False``: each task alike) the windows spread about the tune's figure itself: the
 loss check's relative spread, a window against its own traffic's figure.
 
+**Tasks it did not measure** (``predictive`` too): reweighing the measured tasks never reaches past them, and a kind's
+next task can read lower than all of a dozen measured. So the predictive spreads' edges are drawn wider than the
+resampled windows', on the log scale about the centre, by :func:`predictive_factor` of the fewest tasks a drawn
+workload measured: Student's t with k − 1 degrees of freedom against the normal at the band's level (a new task's
+figure from k measured ones), times √((k + 1)/(k − 1)) (the reweighing's variance of the mean, s²(k − 1)/(k(k + 1)),
+against s²/k). 1.31 at 12 tasks, 1.85 at 6, 5.4 at 3; one task alone has no spread of its kind to go on: no band.
+Checked against halves of the recorded tunes, the band from one half and the traffic from the other
+(``scripts/sim-band-heldout``, docs/measurements.md).
+
 How often each request is drawn in a window is multinomial: the same sums as n draws one by one, at a cost that does
 not grow with n. Seeded: the same requests give the same band.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
+from specops.bench.stats import t_quantile
 from specops.tune import live
 from specops.tune.band import GRID, LEVEL, SHARES, Band, Spread
 
@@ -75,6 +87,21 @@ def weights(samples: Sequence[Sample], shares: Mapping[str, float] | None) -> li
     return [norm.get(s.workload, 0.0) / len(tasks[s.workload]) / blocks[(s.workload, s.task)] for s in samples]
 
 
+def tasks_drawn(samples: Sequence[Sample], shares: Mapping[str, float] | None) -> int:
+    """The fewest tasks measured by a workload drawn at ``shares``."""
+    tasks, _ = _tasks(samples)
+    return min(len(tasks[wl]) for wl in _shares(samples, shares))
+
+
+def predictive_factor(tasks: int, level: float = LEVEL) -> float:
+    """How much wider, on the log scale, a predictive spread's edges lie than its resampled windows' (module doc):
+    t(level, k − 1) ÷ z(level) × √((k + 1)/(k − 1)) for k measured tasks; ValueError below 2 (no spread of the kind)."""
+    if tasks < 2:
+        raise ValueError(f"{tasks} task measured: a kind's spread needs 2 or more")
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    return t_quantile(level, tasks - 1) / z * math.sqrt((tasks + 1) / (tasks - 1))
+
+
 def populations(samples: Sequence[Sample], shares: Mapping[str, float] | None, replicates: int,
                 rng: np.random.Generator) -> np.ndarray:
     """``replicates`` rows of draw chances: each workload at its share, its tasks weighed afresh per row (flat
@@ -96,8 +123,10 @@ def populations(samples: Sequence[Sample], shares: Mapping[str, float] | None, r
 
 def spread(mix: str, samples: Sequence[Sample], shares: Mapping[str, float] | None, figure: Figure,
            level: float = LEVEL, grid: Sequence[int] = GRID, replicates: int = REPLICATES, seed: int = SEED,
-           predictive: bool = True) -> Spread:
-    """The spread of windows of each n in ``grid`` drawn at ``shares``: its (n, low, high) at ``level``."""
+           predictive: bool = True, unseen: bool = True) -> Spread:
+    """The spread of windows of each n in ``grid`` drawn at ``shares``: its (n, low, high) at ``level``; predictive
+    and ``unseen``, its edges widened for the kinds' tasks not measured (``unseen=False``: the reweighing alone, for
+    comparison)."""
     import numpy as np
 
     values = np.array([s.values for s in samples], dtype=float)
@@ -117,20 +146,25 @@ def spread(mix: str, samples: Sequence[Sample], shares: Mapping[str, float] | No
     centre = float(figure(mean[None, :])[0])
     if not np.isfinite(centre):
         raise ValueError(f"no figure for the requests at {mix}")
-    return Spread(mix, float(mean[0]), centre, tuple(rows))
+    tasks, k = tasks_drawn(samples, shares), 1.0
+    if predictive and unseen:  # the kinds' next tasks, not only those measured: wider on the log scale (module doc)
+        k = predictive_factor(tasks, level)
+        rows = [(n, centre * (low / centre) ** k, centre * (high / centre) ** k) for n, low, high in rows]
+    return Spread(mix, float(mean[0]), centre, tuple(rows), tasks, k)
 
 
 def band(samples: Sequence[Sample], shares: Mapping[str, float] | None, figure: Figure, level: float = LEVEL,
-         grid: Sequence[int] = GRID, replicates: int = REPLICATES, seed: int = SEED, predictive: bool = True) -> Band:
+         grid: Sequence[int] = GRID, replicates: int = REPLICATES, seed: int = SEED, predictive: bool = True,
+         unseen: bool = True) -> Band:
     """The band for ``samples`` at ``shares`` (None: each task alike), of each of their workloads alone where there are
     several, and the windows' own spread at the shares (the loss check's)."""
     if not samples:
         raise ValueError("no measured request")
     args = (figure, level, grid, replicates, seed)
     drawn = list(_shares(samples, shares))
-    alone = tuple(spread(wl, samples, {wl: 1.0}, *args, predictive=predictive)
+    alone = tuple(spread(wl, samples, {wl: 1.0}, *args, predictive=predictive, unseen=unseen)
                   for wl in drawn) if len(drawn) > 1 else ()
-    return Band(level, spread(SHARES, samples, shares, *args, predictive=predictive), alone,
+    return Band(level, spread(SHARES, samples, shares, *args, predictive=predictive, unseen=unseen), alone,
                 spread(SHARES, samples, shares, *args, predictive=False))
 
 
