@@ -174,7 +174,7 @@ ALERTS = REPO / "configs" / "prometheus" / "rules" / "specops-alerts.yml"
 LIVE_ALERTS = ("SpecopsTuneTrafficChanged", "SpecopsTuneLivePredictsLoss")
 REPLAY_WINDOW = 20.0  # the exporter's window (5 minutes in production)
 HOLD = 10  # the two live alerts' for: (1 h and 30 min in production), scaled with the window
-REPLAY_TOKENS = 96
+REPLAY_TOKENS = 64
 MEASURED = 6  # the edits the tune measures, of the team's 12: the other 6 are the live traffic's new requests
 
 
