@@ -120,11 +120,9 @@ def test_traffic_of_one_of_the_tunes_workloads_alone_reads_inside_and_prose_on_a
 
 
 def test_prose_on_a_host_tuned_on_edits_that_pay_alike_reads_outside():
-    # 12 edits that pay alike (simulated: the request log's edits, their plain seconds ÷ 1.4 give or take 5%)
-    rng = np.random.default_rng(5)
-    gains = {t: 1.4 * math.exp(rng.normal(0, 0.05)) for t in sorted({x.task for x in samples(MIX7030, "edit")})}
-    edits = [windows.Sample(x.workload, x.task, (x.values[0], x.values[1], x.values[1] / gains[x.task]))
-             for x in samples(MIX7030, "edit")]
+    # 12 edits that pay alike (simulated as scripts/sim-live-alarms does: the request log's edits, their plain
+    # seconds ÷ 1.4 give or take 5% a task)
+    edits = script("sim-live-alarms").alike(samples(MIX7030, "edit"), np.random.default_rng(5))
     b = windows.band(edits, {"edit": 1.0}, windows.ratio_of_sums, replicates=FAST)
     per = b.shares.tokens_per_request
     assert b.shares.tasks == 12 and b.shares.widened == pytest.approx(windows.predictive_factor(12))

@@ -129,6 +129,9 @@ def spread(mix: str, samples: Sequence[Sample], shares: Mapping[str, float] | No
     comparison)."""
     import numpy as np
 
+    # the kinds' next tasks, not only those measured: wider on the log scale (module doc); refused before any draw
+    tasks = tasks_drawn(samples, shares)
+    k = predictive_factor(tasks, level) if predictive and unseen else 1.0
     values = np.array([s.values for s in samples], dtype=float)
     p = np.array(weights(samples, shares))
     rng = np.random.default_rng([seed, len(samples), int(predictive), *(ord(c) for c in mix)])
@@ -146,9 +149,7 @@ def spread(mix: str, samples: Sequence[Sample], shares: Mapping[str, float] | No
     centre = float(figure(mean[None, :])[0])
     if not np.isfinite(centre):
         raise ValueError(f"no figure for the requests at {mix}")
-    tasks, k = tasks_drawn(samples, shares), 1.0
-    if predictive and unseen:  # the kinds' next tasks, not only those measured: wider on the log scale (module doc)
-        k = predictive_factor(tasks, level)
+    if k != 1.0:
         rows = [(n, centre * (low / centre) ** k, centre * (high / centre) ** k) for n, low, high in rows]
     return Spread(mix, float(mean[0]), centre, tuple(rows), tasks, k)
 
