@@ -53,11 +53,14 @@ SYSTEMD_FIXTURES = frozenset({"labhost"})
 # 47 m 22 s) still had the first stream as the run: 47.1 min of modules (test_tune_deploy 16.3, test_deploy 10.9,
 # test_operator_faults 7.9) against 31.6 for the second (test_fleet 11.6, test_deploy_inputs 9.6, test_live_host 8.5),
 # 11.3 for the late one: test_operator_faults moved to the second stream (about 39 and 40 min of modules each).
+# The whole run of 2375b16 (2026-12-02, 33 m 41 s) had both streams as the run (33.3 and 32.3 min of modules) while the
+# late one took 7.9 and started about 11 minutes in: test_mtp_deploy, test_eagle3_deploy and test_tags (5.5 min)
+# moved to the late stream, test_tabbyapi_deploy (1.3) to the first.
 SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integration/test_fleet.py",
-                         "tests/integration/test_tabbyapi_deploy.py", "tests/integration/test_live_host.py",
-                         "tests/integration/test_operator_faults.py"})
+                         "tests/integration/test_live_host.py", "tests/integration/test_operator_faults.py"})
 LATE_HOST = frozenset({"tests/integration/test_monitoring_systemd.py", "tests/integration/test_soak_systemd.py",
-                       "tests/integration/test_labhost.py"})
+                       "tests/integration/test_labhost.py", "tests/integration/test_mtp_deploy.py",
+                       "tests/integration/test_eagle3_deploy.py", "tests/integration/test_tags.py"})
 LATE_GROUP = "systemd-hosts-3"
 SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")
 ROOT = Path(__file__).resolve().parent.parent

@@ -321,8 +321,10 @@ def test_a_bad_rollout_stops_at_the_first_host_rolled_back_and_serving(serving, 
 
 
 def test_a_run_with_nothing_changed_drains_and_restarts_nothing(serving, inventory):
+    """(All three hosts in one batch: whether a host is drained is decided on the host, whatever the batch; the
+    rolling batches of one are the tests above.)"""
     pids = {host.name: main_pid(host) for host in serving}
-    run = fleet_deploy(inventory, "-e", "llama_server_ctx_size=1536")
+    run = fleet_deploy(inventory, "-e", "llama_server_ctx_size=1536", "-e", "specops_serial=3")
     assert run.rc == 0, run.output[-4000:]
     assert {host.name: main_pid(host) for host in serving} == pids
     assert "Drain this server from the load balancer" not in run.output
@@ -429,7 +431,9 @@ def test_a_host_whose_gate_disagrees_with_the_shared_choice_tunes_for_itself(ser
     speed gate (its record gone, and a minimum of 100× nothing reaches) finds the choice loses there, and the deploy
     says so in one line and tunes that host for itself: its own result, not shared further (the controller's record
     is left as it was), its own choice rendered, proven and judged. The first and third hosts keep their results and
-    their units (the third's, shared earlier from the same tune, is that record already)."""
+    their units (the third's, shared earlier from the same tune, is that record already). All three hosts go in one
+    batch (specops_serial 3): the dispute is the second host's own, decided there; the rolling order of a shared tune
+    is the test above."""
     first, second, third = serving
     kept = next(share_dir.glob("*.json"))
     planted = json.loads(kept.read_text())
@@ -440,7 +444,8 @@ def test_a_host_whose_gate_disagrees_with_the_shared_choice_tunes_for_itself(ser
     kept.write_text(json.dumps(planted))
     second.run(["rm", "-f", f"{STATE}/tune.json", f"{STATE}/speed-gate.json"])  # its gate measures what it takes
     others = {host.name: (unit_text(host), host_json(host, "tune.json")["when"]) for host in (first, third)}
-    run = tune_deploy(inventory, tune_profile, share_dir, {"llama_server_speed_gate_min_ratio": 100})
+    run = tune_deploy(inventory, tune_profile, share_dir, {"llama_server_speed_gate_min_ratio": 100,
+                                                           "specops_serial": 3})
     assert run.rc == 0, run.output[-6000:]
     assert f"tune: exact-n4, tuned on {first.name} and shared with the hosts of kind {planted['kind']['key']}, " \
            "loses here (" in run.text, run.text[-6000:]

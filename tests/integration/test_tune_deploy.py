@@ -119,7 +119,10 @@ def test_the_next_deploy_reuses_the_result(tuned, labhost, profile):
     run = deploy(labhost, profile, {})
     assert run.rc == 0, run.output[-6000:]
     assert "reused: the result of" in run.text, run.text[-4000:]
-    assert re.search(r"TASK \[llama_server : Tune - run specops tune on the host[^\]]*\] \**\s*ok:", run.output)
+    # its own result stands: the check says so and no tune runs (no unit started, no look at it)
+    assert re.search(r"TASK \[llama_server : Tune - does this host's own result stand[^\]]*\] \**\s*ok:", run.output)
+    assert "Tune - start specops tune in its own unit" not in run.output, run.output[-4000:]
+    assert "Tune - run specops tune on the host" not in run.output, run.output[-4000:]
     after = host_json(labhost, "tune.json")
     assert after["key"] == before["key"] and after["when"] == before["when"]
     assert main_pid(labhost) == pid  # nothing changed, nothing restarted

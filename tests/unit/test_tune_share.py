@@ -221,10 +221,18 @@ def test_kind_only_prints_the_kind_and_whether_the_own_record_stands(tmp_path: P
     monkeypatch.setattr("specops.tune.prepare.prepare", lambda a: s)
     assert tune_command.run(args) == 0
     assert json.loads(capsys.readouterr().out) == {"kind": record.kind(s.facts, args)["key"], "reuse": False}
-    args.out.write_text(json.dumps({"chosen": "plain", "facts": s.facts, "key": record.key(s.facts)}))
+    args.out.write_text(json.dumps({"chosen": "plain", "facts": s.facts, "key": record.key(s.facts),
+                                    "when": "2026-12-01T10:00:00+0000", "reason": "nothing pays",
+                                    "vars": {"llama_server_spec_type": "none"}, "candidates": []}))
     args.reuse = args.out
     assert tune_command.run(args) == 0
-    assert json.loads(capsys.readouterr().out)["reuse"] is True
+    out = capsys.readouterr().out.splitlines()
+    assert json.loads(out[-1])["reuse"] is True
+    # where it stands, the lines a reusing tune prints come first: the deploy shows them and runs no tune
+    assert "chosen: plain — nothing pays" in out
+    assert "reused: the result of 2026-12-01T10:00:00+0000 (the build, the models, the device and the settings are " \
+           "the same)" in out
+    assert 'variables: {"llama_server_spec_type": "none"}' in out
     # a result shared earlier does not count: the deploy sends the kind's record along, in case it is newer
     args.out.write_text(json.dumps({"chosen": "plain", "facts": s.facts, "key": record.key(s.facts),
                                     "shared": {"from": "fleet-1"}}))

@@ -155,8 +155,9 @@ def _deploy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-sha256", type=record.sha256_arg, metavar="HEX",
                    help="the draft model's sha256, for the kind; default: hashed here")
     p.add_argument("--kind-only", action="store_true",
-                   help="print this host's kind as JSON ({kind: key, reuse: whether --reuse's result stands and was "
-                        "tuned here}) and exit: nothing is measured or written")
+                   help="print this host's kind as JSON on the last line ({kind: key, reuse: whether --reuse's "
+                        "result stands and was tuned here}; where it stands, that result's lines first, as a reusing "
+                        "tune prints them) and exit: nothing is measured or written")
     p.add_argument("--parallel", type=record.parallel_arg, default=D["parallel"], metavar="N",
                    help="the service's slots (llama_server_parallel): part of what --reuse compares, so another N "
                         "tunes again; with N > 1 the one-stream choice (or the best measured) is measured again with "
@@ -194,6 +195,15 @@ def _reused(s: Setup, args: argparse.Namespace) -> tuple[bool, list[str]]:
         return False, retuned
     if args.out and (adopted or not args.reuse or args.out.resolve() != args.reuse.resolve()):
         leash.write_whole(args.out, json.dumps(old, indent=1, default=str))
+    _say_reused(old, adopted)
+    share = old.get("shared") or {}
+    from_ = f" (shared from {share.get('from')})" if share else ""
+    s.meter.done(f"reused the result of {old.get('when', '?')}{from_}: {old['chosen']}")
+    return True, []
+
+
+def _say_reused(old: dict[str, Any], adopted: bool) -> None:
+    """A reused result as the deploy prints it: its table, its choice, whose result and why it stands."""
     print(table(old))
     share = old.get("shared") or {}
     if adopted:
@@ -203,21 +213,22 @@ def _reused(s: Setup, args: argparse.Namespace) -> tuple[bool, list[str]]:
                + (f"; tuned on {share.get('from')} and shared" if share else ""))
     print(f"\nchosen: {old['chosen']} — {old.get('reason', '')}\nreused: the result of {old.get('when', '?')} ({how})")
     print(f"variables: {json.dumps(old.get('vars') or {})}")
-    from_ = f" (shared from {share.get('from')})" if share else ""
-    s.meter.done(f"reused the result of {old.get('when', '?')}{from_}: {old['chosen']}")
-    return True, []
 
 
 def _kind_only(args: argparse.Namespace) -> int:
-    """--kind-only: this host's kind key and whether --reuse's result stands, tuned here, as JSON (the deploy sends a
-    shared record of that kind only where it does not); a setting the tune would refuse: no kind, why."""
+    """--kind-only: this host's kind key and whether --reuse's result stands, tuned here, as JSON on the last line
+    (the deploy sends a shared record of that kind only where it does not, and runs no tune where it does); where it
+    stands, the lines a reusing tune prints come first (the deploy shows them as the tune's); a setting the tune
+    would refuse: no kind, why."""
     try:
         s = prepare.prepare(args)
         own = pipeline.reusable(s, args)[0] if args.reuse else None
         # a result shared earlier stands only until its kind's record is newer: the deploy sends that one along
         out = {"kind": record.kind(s.facts, args)["key"], "reuse": own is not None and not own.get("shared")}
     except TuneError as exc:
-        out = {"kind": None, "reuse": False, "why": str(exc)}
+        own, out = None, {"kind": None, "reuse": False, "why": str(exc)}
+    if own is not None and out["reuse"]:
+        _say_reused(own, adopted=False)
     print(json.dumps(out))
     return 0
 
