@@ -9,7 +9,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,29 +23,29 @@ GOOD = "[Unit]\nDescription=fine\n\n[Service]\nExecStart=/bin/true\n\n[Install]\
 BAD = GOOD.replace("ExecStart=/bin/true", "ExecStart=/bin/true\nRestart=sometimes")
 
 
-def _run(units: dict[str, str]) -> dict:
+def _run(units: dict[str, str], tmp: Path) -> dict:
+    """The script as the host runs it, its temporary directory under ``tmp``."""
     arg = base64.b64encode(json.dumps(units).encode()).decode()
     src = Path(verify_units.__file__).resolve().parents[2]
-    env = {"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin", "TMPDIR": str(tmp)}
     done = subprocess.run([sys.executable, "-m", "specops.host", "verify_units", "--units", arg],
                           capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout)
 
 
 def test_each_unit_is_verified_under_its_own_name_and_a_bad_one_is_named(tmp_path: Path):
-    before = set(Path(tempfile.gettempdir()).glob("specops-preflight.*"))
-    out = _run({"specops-good.service": GOOD, "specops-bad.service": BAD})
+    out = _run({"specops-good.service": GOOD, "specops-bad.service": BAD}, tmp_path)
     assert [r["unit"] for r in out["results"]] == ["specops-good.service", "specops-bad.service"]
     problems = deploycheck.verify_problems(out["results"], ["specops-good.service", "specops-bad.service"])
     assert len(problems) == 1 and problems[0].startswith("the rendered unit specops-bad.service does not verify ("), \
         problems
     assert "Restart" in problems[0] or "sometimes" in problems[0], problems
-    assert set(Path(tempfile.gettempdir()).glob("specops-preflight.*")) == before  # the scratch directory is gone
+    assert list(tmp_path.iterdir()) == []  # the scratch directory is gone
 
 
 def test_a_missing_binary_is_the_one_complaint_let_through_before_the_install(tmp_path: Path):
     unit = GOOD.replace("/bin/true", "/opt/specops-not-installed/bin/llama-server")
-    out = _run({"specops-x.service": unit})
+    out = _run({"specops-x.service": unit}, tmp_path)
     args = (["specops-x.service"], "/opt/specops-not-installed/bin/llama-server")
     assert deploycheck.verify_problems(out["results"], *args, binary_installed=False) == []
     assert deploycheck.verify_problems(out["results"], *args, binary_installed=True) != []
