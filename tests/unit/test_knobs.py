@@ -115,7 +115,8 @@ def test_the_scan_finds_a_flag_in_code_but_not_in_docstrings_or_own_options() ->
 # specops_knob_flags, specops_devices_argv).
 OTHER_PROGRAMS = {
     "src/specops/commands/bench.py": (("--draft",), ("playbooks/bench.yml",)),
-    "src/specops/commands/tune.py": (("--draft", "--api-key-file"), ("roles/llama_server/tasks/tune.yml",)),
+    "src/specops/commands/tune.py": (("--draft", "--api-key-file"), ("roles/llama_server/tasks/tune.yml",
+                                                                     "roles/llama_server/tasks/tune_run.yml")),
     "src/specops/commands/exporter.py": (("--timeout", "--api-key-file"),
                                          ("roles/exporter/templates/specops-exporter.service.j2",)),
     "src/specops/commands/fetch_model.py": (("--models-dir",), ("roles/models/tasks/fetch.yml",)),

@@ -258,10 +258,18 @@ def _render(template: str, role_vars: dict[str, Any]) -> list[str]:
 
 
 def _task_argv() -> str:
+    """The tune's command line as the role composes it: tune.yml's, then the live service's words that tune_run.yml
+    adds where the tune runs (one template: the second list appended to the first)."""
     tasks = yaml.safe_load((ROLE_DIR / "tasks" / "tune.yml").read_text())
     block = next(t for t in tasks if "block" in t)["block"]
     task = next(t for t in block if t["name"] == "Tune - its command line")
-    return task["ansible.builtin.set_fact"]["_llama_server_tune_argv"]
+    argv = task["ansible.builtin.set_fact"]["_llama_server_tune_argv"].strip()
+    run = yaml.safe_load((ROLE_DIR / "tasks" / "tune_run.yml").read_text())
+    start = next(t for t in run[0]["block"] if t["name"].startswith("Tune - start specops tune"))
+    live = start["vars"]["_llama_server_tune_live_argv"].strip()
+    assert "_llama_server_tune_argv + _llama_server_tune_live_argv" in start["ansible.builtin.command"]["argv"]
+    assert argv.startswith("{{") and argv.endswith("}}") and live.startswith("{{") and live.endswith("}}")
+    return f"{{{{ ({argv[2:-2]}) + ({live[2:-2]}) }}}}"
 
 
 def _groups(argv: list[str]) -> Counter[tuple[str, ...]]:
