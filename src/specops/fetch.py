@@ -20,8 +20,10 @@ a stamp ``.<file>.sha256`` (hash, size, mtime) makes the re-check cheap.
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import fnmatch
+import functools
 import hashlib
 import ipaddress
 import os
@@ -88,9 +90,16 @@ class FetchResult:
                 "size": self.size, "verified": self.verified}
 
 
+@functools.cache
+def _catalog_data() -> dict[str, Any]:
+    """data/models.yml, parsed once a process (a deploy's filters ask for it in many tasks' workers, which inherit
+    it from the controller's process where the specops_preload callback read it)."""
+    return yaml.safe_load(resources.files("specops").joinpath("data/models.yml").read_text()) or {}
+
+
 def catalog() -> dict[str, ModelSpec]:
-    text = resources.files("specops").joinpath("data/models.yml").read_text()
-    return {name: ModelSpec.from_dict(name, d) for name, d in (yaml.safe_load(text) or {}).items()}
+    """The model catalog: fresh specs on every call (the parsed file is shared, never handed out)."""
+    return {name: ModelSpec.from_dict(name, copy.deepcopy(d)) for name, d in _catalog_data().items()}
 
 
 # ---------------------------------------------------------------------------------------------- specs
