@@ -18,7 +18,6 @@ cannot read or write is only said at -vv."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import ansible
@@ -39,11 +38,6 @@ description:
 requirements:
   - enabled in ansible.cfg (callbacks_enabled)
 """
-
-
-def kept_dir() -> Path:
-    cache = os.environ.get("SPECOPS_CACHE") or os.path.expanduser("~/.cache/specops")
-    return Path(cache) / "ansiballz"
 
 
 class CallbackModule(CallbackBase):
@@ -72,10 +66,11 @@ class CallbackModule(CallbackBase):
 
     def _payloads(self, step: str) -> None:
         from specops import payloads
+        from specops.paths import cache_dir
 
         try:
             if self._kept is None:
-                self._kept = kept_dir() / payloads.key(self._root, ansible_version)
+                self._kept = cache_dir() / "ansiballz" / payloads.key(self._root, ansible_version)
             run_cache = Path(C.DEFAULT_LOCAL_TMP) / payloads.CACHE_DIR
             if step == "restore":
                 n = payloads.restore(self._kept, run_cache, self._root)

@@ -12,6 +12,21 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SPECOPS_CACHE", Path.home() / ".cache" / "specops")).expanduser()
 
 
+def write_whole(path: Path, data: str | bytes) -> None:
+    """``data`` to ``path`` through a temporary file beside it and a rename: a reader, or a stop, never meets half
+    of it; a write that fails leaves no temporary file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 INSTALL_PREFIX = Path("/opt/llama.cpp/current")  # where roles/llama_cpp installs the build on a host
 
 

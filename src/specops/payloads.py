@@ -20,9 +20,10 @@ import hashlib
 import io
 import os
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
+
+from specops.paths import write_whole
 
 CACHE_DIR = "ansiballz_cache"  # Ansible's own name for it, under its per-run local temp dir
 PREFIX = "ansible.modules."
@@ -45,8 +46,8 @@ def key(ansible_root: Path, version: str) -> str:
 def builtin(name: str, ansible_root: Path) -> bool:
     """A payload file name (``ansible.modules.command-ZIP_DEFLATED``) of a module that is a file of ansible-core
     itself (Ansible names a role's own module ``ansible.modules.<name>`` too: that one is not kept)."""
-    fqn = name.rsplit("-", 1)[0]
-    if not fqn.startswith(PREFIX) or "-" not in name:
+    fqn, dash, _compression = name.rpartition("-")
+    if not dash or not fqn.startswith(PREFIX):
         return False
     module = fqn[len(PREFIX):]
     return module.isidentifier() and (ansible_root / "modules" / f"{module}.py").is_file()
@@ -63,44 +64,26 @@ def valid(data: bytes) -> bool:
 
 def restore(kept: Path, run_cache: Path, ansible_root: Path) -> int:
     """Copy the valid kept payloads of ansible-core's modules into this run's cache (none replaced); how many."""
-    if not kept.is_dir():
-        return 0
-    run_cache.mkdir(parents=True, exist_ok=True)
-    n = 0
-    for path in sorted(kept.iterdir()):
-        target = run_cache / path.name
-        if not builtin(path.name, ansible_root) or target.exists():
-            continue
-        data = path.read_bytes()
-        if valid(data):
-            write_whole(target, data)
-            n += 1
-    return n
+    return copy_new(kept, run_cache, ansible_root)
 
 
 def keep(run_cache: Path, kept: Path, ansible_root: Path) -> int:
     """Save this run's payloads of ansible-core's modules that are not kept yet; how many."""
-    if not run_cache.is_dir():
+    return copy_new(run_cache, kept, ansible_root)
+
+
+def copy_new(src: Path, dst: Path, ansible_root: Path) -> int:
+    """Copy the valid payloads of ansible-core's modules in ``src`` that ``dst`` lacks (written whole; ``dst``
+    made where one is copied); how many."""
+    if not src.is_dir():
         return 0
     n = 0
-    for path in sorted(run_cache.iterdir()):
-        if not builtin(path.name, ansible_root) or (kept / path.name).exists():
+    for path in sorted(src.iterdir()):
+        if not builtin(path.name, ansible_root) or (dst / path.name).exists():
             continue
         data = path.read_bytes()
         if valid(data):
-            kept.mkdir(parents=True, exist_ok=True)
-            write_whole(kept / path.name, data)
+            dst.mkdir(parents=True, exist_ok=True)
+            write_whole(dst / path.name, data)
             n += 1
     return n
-
-
-def write_whole(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole or not at all (a temp file beside it, renamed): a reader never sees part."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from specops import paths
 from specops.commands import tune
 from specops.tune import leash, progress
 
@@ -157,7 +158,7 @@ def test_a_measurement_interrupted_by_a_signal_stops_the_tune():
 
 def test_write_whole_leaves_no_temporary_file(tmp_path: Path):
     out = tmp_path / "tune.json"
-    leash.write_whole(out, "{}")
+    paths.write_whole(out, "{}")
     assert out.read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == ["tune.json"]
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from specops import kinds
 from specops.commands.bench import rates_arg
-from specops.paths import INSTALL_PREFIX
+from specops.paths import INSTALL_PREFIX, write_whole
 from specops.tune import leash, pipeline, prepare, progress, record
 from specops.tune.settings import cli_defaults
 from specops.tune.state import Setup, TuneError
@@ -194,7 +194,7 @@ def _reused(s: Setup, args: argparse.Namespace) -> tuple[bool, list[str]]:
     if old is None:
         return False, retuned
     if args.out and (adopted or not args.reuse or args.out.resolve() != args.reuse.resolve()):
-        leash.write_whole(args.out, json.dumps(old, indent=1, default=str))
+        write_whole(args.out, json.dumps(old, indent=1, default=str))
     _say_reused(old, adopted)
     share = old.get("shared") or {}
     from_ = f" (shared from {share.get('from')})" if share else ""

@@ -62,13 +62,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the run that started this tune (default: the one --lock names when the tune starts)")
 
 
-def write_whole(path: Path, text: str) -> None:
-    """``text`` to ``path`` through a temporary file and a rename: a reader, or a stop, never meets half of it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 class Leash:
     """What the tune looks at (``check``), and, used as a context manager in the main thread, its SIGTERM handler
     and the watchdog thread (only when there is something to watch). ``clock`` is the host's wall clock (the

@@ -22,7 +22,8 @@ import argparse
 from typing import Any
 
 from specops.client import LlamaServerClient
-from specops.tune import choose, leash, measure, predict, price, probes, quiet, record, result, slots
+from specops.paths import write_whole
+from specops.tune import choose, measure, predict, price, probes, quiet, record, result, slots
 from specops.tune.state import Setup
 
 
@@ -127,4 +128,4 @@ def keep(s: Setup, args: argparse.Namespace, text: str, unproven: str) -> None:
     with s.meter.leash.last_look():
         (s.work / "tune.json").write_text(text)
         if args.out and not unproven:  # an unproven result never replaces the host's record
-            leash.write_whole(args.out, text)
+            write_whole(args.out, text)

@@ -19,7 +19,8 @@ from typing import TextIO
 
 from specops.bench.design import Block, Design
 from specops.bench.runner import Progress
-from specops.tune.leash import Leash, write_whole
+from specops.paths import write_whole
+from specops.tune.leash import Leash
 
 
 def add_argument(p: argparse.ArgumentParser) -> None:

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specops.tune.leash import STOPPED, write_whole
+from specops.paths import write_whole
+from specops.tune.leash import STOPPED
 
 ACTIVE = frozenset({"active", "activating", "deactivating", "reloading", "refreshing"})
 CLD = {"1": "exited", "2": "killed", "3": "dumped"}  # systemctl show's ExecMainCode (si_code) in systemd's words
