@@ -71,9 +71,14 @@ while True:
 """
 
 
+BUSY = ("-e", "llama_server_speed_gate=off", "-e", "llama_server_parallel=4")
+
+
 @pytest.fixture(scope="module")
 def served(labhost, llama_build) -> None:
-    run = deploy(labhost, "-e", "llama_server_speed_gate=off")
+    """The service at ``parallel 4`` (what the busy restart needs; a drain holds the same way whatever the slots), so
+    that the busy restart's deploy is the module's only other one."""
+    run = deploy(labhost, *BUSY)
     assert run.rc == 0, run.output[-6000:]
     ship_host_scripts(labhost, SCRIPTS)
 
@@ -136,9 +141,6 @@ def test_a_request_begun_in_the_restart_window_is_answered_whole(served, labhost
     assert main_pid(labhost) != before
 
 
-BUSY = ("-e", "llama_server_speed_gate=off", "-e", "llama_server_parallel=4")
-
-
 @pytest.fixture
 def migrate_req(labhost):
     """net.ipv4.tcp_migrate_req on in the lab host's network namespace, as it was afterwards. On a host the drain
@@ -166,9 +168,8 @@ def test_a_busy_restart_cuts_nothing(served, labhost, migrate_req):
     llama-server's), so it waits only for the requests in flight -- no longer than the longest of them -- and cuts
     none; what it held goes to the new server once it answers /health: no client sees a 503 (its loading window was
     held too), a refused connection or a cut answer."""
-    run = deploy(labhost, *BUSY)                     # parallel 4, before any client
-    assert run.rc == 0, run.output[-6000:]
     before, unit = main_pid(labhost), labhost.run(["systemctl", "cat", UNIT]).stdout
+    assert "--parallel 4" in unit, unit              # the module's service (served), before any client
     with contextlib.ExitStack() as stack:
         clients = [stack.enter_context(Stream(labhost, tokens=48, name=f"busy-{i}", pause=0)) for i in range(4)]
         run = deploy(labhost, *BUSY, "-e", "llama_server_draft_n_max=3", "-v")
