@@ -56,11 +56,17 @@ SYSTEMD_FIXTURES = frozenset({"labhost"})
 # The whole run of 2375b16 (2026-12-02, 33 m 41 s) had both streams as the run (33.3 and 32.3 min of modules) while the
 # late one took 7.9 and started about 11 minutes in: test_mtp_deploy, test_eagle3_deploy and test_tags (5.5 min)
 # moved to the late stream, test_tabbyapi_deploy (1.3) to the first.
+# The whole run of 2e2081b (2026-12-03, 28 m 22 s; process accounting: the lab hosts' lifetimes) had the second stream
+# as the run (28.2 min of modules: test_fleet 15.0, test_deploy_inputs 5.6, test_live_host 4.4, test_operator_faults
+# 3.2) while the late one started 11 minutes in and ended 7 minutes before the run: test_operator_faults moved to the
+# late stream, last in it (LATE_LAST: after the soak, whose restart fault must not meet more deploys than before).
 SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integration/test_fleet.py",
-                         "tests/integration/test_live_host.py", "tests/integration/test_operator_faults.py"})
+                         "tests/integration/test_live_host.py"})
 LATE_HOST = frozenset({"tests/integration/test_monitoring_systemd.py", "tests/integration/test_soak_systemd.py",
                        "tests/integration/test_labhost.py", "tests/integration/test_mtp_deploy.py",
-                       "tests/integration/test_eagle3_deploy.py", "tests/integration/test_tags.py"})
+                       "tests/integration/test_eagle3_deploy.py", "tests/integration/test_tags.py",
+                       "tests/integration/test_operator_faults.py"})
+LATE_LAST = frozenset({"tests/integration/test_operator_faults.py"})
 LATE_GROUP = "systemd-hosts-3"
 SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,6 +137,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (SYSTEMD_FIXTURES.intersection(fixtures) or "systemd" in markers) and path not in systemd:
             raise pytest.UsageError(f"{item.nodeid} uses the systemd lab host: mark it (or its module) "
                                     "pytest.mark.systemd, so that scripts/test runs it on the lab hosts' worker")
+    # a stream runs its modules in collection order: LATE_LAST's modules go after every other (a stable sort)
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] in LATE_LAST)
 
 
 @pytest.hookimpl(hookwrapper=True)

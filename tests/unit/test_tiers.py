@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import LATE_GROUP, LATE_HOST, SECOND_HOST, systemd_modules, tier, xdist_scope
+from tests.conftest import LATE_GROUP, LATE_HOST, LATE_LAST, SECOND_HOST, systemd_modules, tier, xdist_scope
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,6 +43,7 @@ def test_worker_groups() -> None:
     # the second and late streams name systemd modules only (a renamed module would silently join the first)
     assert SECOND_HOST.issubset(systemd), SECOND_HOST - systemd
     assert LATE_HOST.issubset(systemd) and not LATE_HOST & SECOND_HOST, LATE_HOST - systemd
+    assert LATE_LAST <= LATE_HOST
     assert xdist_scope("tests/integration/test_soak.py::test_y", systemd) == "local-lab"
     assert xdist_scope("tests/backends/test_cuda.py::test_z", systemd) == "local-lab"
     assert xdist_scope("tests/unit/test_fit.py::test_w", systemd) == "tests/unit/test_fit.py::test_w"
