@@ -161,7 +161,7 @@ def test_speed_gate_falls_back_to_plain_decoding_when_speculation_loses(deployed
 
     failing = deploy(labhost, "-e", "llama_server_speed_gate=fail", "-e", "llama_server_speed_gate_refresh=true")
     assert failing.rc != 0 and "llama_server_speed_gate=fail" in failing.text, failing.text[-3000:]
-    assert "last known-good unit was put back" in failing.text, failing.text[-8000:]
+    assert "last known-good unit was put back and answers /health again" in failing.text, failing.text[-8000:]
     assert "--spec-type none" in labhost.run(["systemctl", "cat", UNIT]).stdout
     assert completion(labhost)["content"].strip()
 
