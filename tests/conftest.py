@@ -23,6 +23,10 @@ pytest_plugins = ["tests.labhost_fixture"]
 settings.register_profile("specops", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("specops")
 
+# every Python the suite starts on the controller keeps the code it compiles from Ansible's module zips (the modules
+# the controller runs itself), as the lab hosts do: tests/lab.py controller_zipcache
+os.environ.update(lab.controller_zipcache())
+
 # Tiers (``scripts/test --fast`` runs ``-m fast``; ``scripts/test`` runs both). Every test gets exactly one of
 # the two markers here, so nobody has to remember: ``slow`` when it needs the lab (a built llama-server, a real
 # model, the systemd host), lives outside tests/unit, or is marked ``@pytest.mark.slow`` by hand; ``fast`` otherwise.

@@ -7,6 +7,8 @@ the first run on a fresh machine builds llama.cpp (minutes); later runs take sec
 from __future__ import annotations
 
 import base64
+import concurrent.futures
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -16,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,25 @@ from specops.paths import cache_dir
 
 REPO = Path(__file__).resolve().parents[1]
 LAB_INSTALL_ROOT = cache_dir() / "lab" / "opt" / "llama.cpp"
+
+
+def controller_zipcache() -> dict[str, str]:
+    """The environment under which the controller's own Pythons keep the code they compile from Ansible's module
+    zips, as the lab hosts' python3 does (lab/specops_lab/zipcache.py, lab equipment): the modules the controller runs
+    itself (the local connection: the specops commands, files and checks on the controller, every role's preflight)
+    compile Ansible's module_utils on every import otherwise. zipcache.py becomes a ``sitecustomize`` in a directory
+    of the cache put first on PYTHONPATH; its compiled code goes under the cache too. tests/conftest.py sets it for
+    every process the suite starts."""
+    site = cache_dir() / "lab" / "controller-site"
+    site.mkdir(parents=True, exist_ok=True)
+    source = (REPO / "lab" / "specops_lab" / "zipcache.py").read_bytes()
+    hook = site / "sitecustomize.py"
+    if not hook.is_file() or hook.read_bytes() != source:
+        tmp = site / f".sitecustomize.{os.getpid()}.tmp"  # workers start at once: each writes whole, then renames
+        tmp.write_bytes(source)
+        os.replace(tmp, hook)
+    path = [str(site), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(site)]]
+    return {"PYTHONPATH": os.pathsep.join(path), "SPECOPS_LAB_PYC": str(cache_dir() / "lab" / "controller-pyc")}
 
 
 @dataclass
@@ -46,17 +67,69 @@ class PlaybookRun:
 
 
 def ansible_playbook(playbook: str, *args: str, inventory: str | None = None, timeout: int = 3600,
-                     env: dict[str, str] | None = None) -> PlaybookRun:
-    """Run ansible-playbook from the repo root with the repo's ansible.cfg."""
+                     env: dict[str, str] | None = None,
+                     on_line: Callable[[str], None] | None = None) -> PlaybookRun:
+    """Run ansible-playbook from the repo root with the repo's ansible.cfg; ``on_line`` sees each line of its
+    output as it comes (a test acting at a point of the run)."""
     exe = Path(sys.executable).with_name("ansible-playbook")
     cmd = [str(exe), playbook, *args]
     if inventory:
         cmd[1:1] = ["-i", inventory]
     full_env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
                 "ANSIBLE_NOCOLOR": "1", **(env or {})}
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env,
-                          check=False)
-    return PlaybookRun(proc.returncode, proc.stdout + proc.stderr)
+    if on_line is None:
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env,
+                              check=False)
+        return PlaybookRun(proc.returncode, proc.stdout + proc.stderr)
+    # unbuffered: through a pipe Ansible's lines would otherwise reach ``on_line`` kilobytes (or the whole run) late
+    with subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**full_env, "PYTHONUNBUFFERED": "1"}) as running:
+        assert running.stdout is not None and running.stderr is not None
+        err: list[str] = []
+        reader = threading.Thread(target=lambda stream=running.stderr: err.append(stream.read()), daemon=True)
+        reader.start()
+        watchdog = threading.Timer(timeout, running.kill)  # as subprocess.run's timeout: the run is killed
+        watchdog.start()
+        try:
+            out = []
+            for line in running.stdout:
+                out.append(line)
+                on_line(line)
+            rc = running.wait()
+        finally:
+            watchdog.cancel()
+        reader.join(timeout=30)
+    return PlaybookRun(rc, "".join(out) + "".join(err))
+
+
+# the play of deploy.yml that installs, drains, restarts and proves (a test's traffic for the drain starts here)
+SERVICE_PLAY = "PLAY [Deploy the speculative service]"
+
+
+def clients_from(marker: str, run: Callable[[Callable[[str], None]], PlaybookRun], clients: Sequence[Stream],
+                 stack: contextlib.ExitStack) -> PlaybookRun:
+    """``run(on_line)`` (a playbook run) with ``clients`` starting once its output reaches a line that starts with
+    ``marker`` (all at once: each waits for its first answer), to stop with ``stack``; the run's result. A client
+    whose claim is about the drain need not spend a core of the lab's two beside the checks and the preflight
+    before it."""
+    reached = threading.Event()
+
+    def watch(line: str) -> None:
+        if line.startswith(marker):
+            reached.set()
+
+    with concurrent.futures.ThreadPoolExecutor(1 + len(clients)) as pool:
+        running = pool.submit(run, watch)
+        while not (reached.wait(0.5) or running.done()):
+            pass
+        started = [pool.submit(client.__enter__) for client in clients]
+        concurrent.futures.wait(started)
+        for client, begun in zip(clients, started, strict=True):
+            if begun.exception() is None:
+                stack.push(client.__exit__)
+        for begun in started:
+            begun.result()
+        return running.result()
 
 
 def build_llama_cpp(*extra: str, root: Path = LAB_INSTALL_ROOT, timeout: int = 3600) -> PlaybookRun:

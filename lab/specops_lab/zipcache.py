@@ -1,5 +1,7 @@
 """Copied into each lab host's rootfs as specops_lab_zipcache.py, with a .pth that imports it at every python3
-start (specops_lab.labhost; lab equipment: the product roles never install it).
+start (specops_lab.labhost), and, for the Pythons the test suite starts on the controller (the modules Ansible runs
+there itself), into the cache as a ``sitecustomize`` first on their PYTHONPATH (tests/lab.py controller_zipcache).
+Lab equipment: the product roles never install it.
 
 Ansible runs every module from a zip (AnsiballZ), and Python compiles the sources it imports from a zip on every
 import, caching nothing (it has no __pycache__ there): ~45 ms of CPU a module run on a lab host, ~1500 module runs a

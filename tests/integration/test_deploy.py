@@ -25,10 +25,14 @@ UNIT = "llama-server-speculative"
 PROFILE = Path(__file__).resolve().parents[1] / "fixtures" / "deploy" / "smollm.yml"
 
 
+def deploy_args(labhost) -> tuple[str, ...]:
+    """deploy.yml's arguments for the lab host with the suite's profile (before a test's own)."""
+    return ("-i", "inventory/builder.yml", "-i", str(labhost.inventory), "-e", f"@{PROFILE}",
+            "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}")
+
+
 def deploy(labhost, *extra: str) -> lab.PlaybookRun:
-    return lab.ansible_playbook("deploy.yml", "-i", "inventory/builder.yml", "-i", str(labhost.inventory),
-                                "-e", f"@{PROFILE}", "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}",
-                                *extra)
+    return lab.ansible_playbook("deploy.yml", *deploy_args(labhost), *extra)
 
 
 def main_pid(labhost) -> int:

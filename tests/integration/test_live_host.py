@@ -1,8 +1,9 @@
-"""Deploying onto a live host (issue 31), on the lab host with a client streaming completions throughout each
-deploy: a changed deploy cuts no answer mid-stream (it drains the slots, then restarts) and its unavoidable
-model-load window is measured; the speed gate under that load never reverses the idle verdict (SmolLM2 drafting
-for itself loses: under load the gate says "loses" or "unproven", never "pays"); a deploy interrupted at each of
-its unit-swap steps converges on the re-run: the host ends running exactly the unit on disk, proven.
+"""Deploying onto a live host (issue 31), on the lab host with a client streaming completions through each deploy's
+drain, restart, proof and gate (from the play that does them): a changed deploy cuts no answer mid-stream (it drains
+the slots, then restarts) and its unavoidable model-load window is measured; the speed gate under that load never
+reverses the idle verdict (SmolLM2 drafting for itself loses: under load the gate says "loses" or "unproven", never
+"pays"); a deploy interrupted at each of its unit-swap steps converges on the re-run: the host ends running exactly
+the unit on disk, proven.
 
 Each case prints one row of the note's table (run with -s): case | message | seconds | answers cut mid-stream |
 requests refused while the new model loaded (window) | failed.
@@ -10,6 +11,7 @@ requests refused while the new model loaded (window) | failed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests import lab
-from tests.integration.test_deploy import PROFILE, UNIT, deploy
+from tests.integration.test_deploy import PROFILE, UNIT, deploy, deploy_args
 from tests.lab import Stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
@@ -59,12 +61,22 @@ def live(labhost, llama_build) -> None:
     # no restore at the end: the next module's own deploy sets the host up (tests/integration/test_deploy.py)
 
 
-def test_a_changed_deploy_cuts_no_answer_mid_stream(live, labhost):
-    with Stream(labhost) as stream:
+def deploy_under_traffic(labhost, stream: Stream, *extra: str) -> tuple[lab.PlaybookRun, float]:
+    """test_deploy's deploy with ``stream`` requesting from the play that drains, restarts, proves and judges on
+    (lab.clients_from), stopped once it has one more whole answer; the run and its seconds."""
+    with contextlib.ExitStack() as stack:
         t0 = time.monotonic()
-        run = deploy(labhost, "-e", "llama_server_speed_gate=off", "-e", "llama_server_ctx_size=1536")
+        run = lab.clients_from(lab.SERVICE_PLAY, lambda on_line: lab.ansible_playbook(
+            "deploy.yml", *deploy_args(labhost), *extra, on_line=on_line), [stream], stack)
         seconds = time.monotonic() - t0
-        stream.wait_ok(2, after=time.time())
+        stream.wait_ok(1, after=time.time())
+    return run, seconds
+
+
+def test_a_changed_deploy_cuts_no_answer_mid_stream(live, labhost):
+    stream = Stream(labhost)
+    run, seconds = deploy_under_traffic(labhost, stream, "-e", "llama_server_speed_gate=off",
+                                        "-e", "llama_server_ctx_size=1536")
     drained = line_after(run.text, "Drain result")
     row("changed deploy (ctx 2048 → 1536)", drained, seconds, stream, run.rc != 0)
     assert run.rc == 0, run.output[-4000:]
@@ -78,13 +90,12 @@ def test_a_changed_deploy_cuts_no_answer_mid_stream(live, labhost):
 
 def test_the_gate_under_load_never_reverses_the_idle_verdict(live, labhost):
     """SmolLM2 drafting for itself loses on an idle host (test_deploy's fallback test); with a client streaming
-    on the service the whole time, the gate says so or says it cannot tell -- it never says speculation pays."""
-    with Stream(labhost) as stream:
-        t0 = time.monotonic()
-        run = deploy(labhost, "-e", "llama_server_speed_gate=fallback", "-e", "llama_server_speed_gate_refresh=true",
-                     "-e", "llama_server_speed_gate_idle_timeout=5")
-        seconds = time.monotonic() - t0
-        stream.wait_ok(1, after=time.time())
+    on the service the whole time the gate measures (from the play that restarts and judges), the gate says so or
+    says it cannot tell -- it never says speculation pays."""
+    stream = Stream(labhost)
+    run, seconds = deploy_under_traffic(labhost, stream, "-e", "llama_server_speed_gate=fallback",
+                                        "-e", "llama_server_speed_gate_refresh=true",
+                                        "-e", "llama_server_speed_gate_idle_timeout=5")
     gate = line_after(run.text, "Speed gate - what it measured")
     row("speed gate under load", gate, seconds, stream, run.rc != 0)
     assert run.rc == 0, run.output[-4000:]
