@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,8 @@ def deploy_args(labhost) -> tuple[str, ...]:
             "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}")
 
 
-def deploy(labhost, *extra: str) -> lab.PlaybookRun:
-    return lab.ansible_playbook("deploy.yml", *deploy_args(labhost), *extra)
+def deploy(labhost, *extra: str, on_line: Callable[[str], None] | None = None) -> lab.PlaybookRun:
+    return lab.ansible_playbook("deploy.yml", *deploy_args(labhost), *extra, on_line=on_line)
 
 
 def main_pid(labhost) -> int:

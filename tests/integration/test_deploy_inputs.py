@@ -7,6 +7,7 @@ Each refusal's message and its time to refusal are printed (run with -s to see t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -30,10 +31,10 @@ SQUAT_PORT = 8090
 SQUAT = lab.squatter(SQUAT_PORT, "specops-squatter")  # (setup, teardown): the port taken by another unit
 
 
-def deploy(labhost, *extra: str) -> lab.PlaybookRun:
+def deploy(labhost, *extra: str, on_line: Callable[[str], None] | None = None) -> lab.PlaybookRun:
     """test_deploy's deploy (the profile's gate: warn) with the speed gate off: nothing here is about it, and its
     two measurements per changed unit would only slow the module down (a later -e in ``extra`` still wins)."""
-    return deploy_with_gate(labhost, "-e", "llama_server_speed_gate=off", *extra)
+    return deploy_with_gate(labhost, "-e", "llama_server_speed_gate=off", *extra, on_line=on_line)
 
 
 def host_state(labhost) -> dict:
@@ -304,9 +305,10 @@ def test_no_op_deploy_on_a_busy_host_is_proven_by_its_traffic(serving, labhost):
     deploy of a single host: the fleet's and the monitoring's have their own) and proves speculation from the
     traffic (the speculation counters of the same process moved) instead of queueing a probe behind it."""
     pid = main_pid(labhost)
-    with Stream(labhost, tokens=32) as stream:
+    with contextlib.ExitStack() as stack:
+        stream = Stream(labhost, tokens=32)  # from the play that proves (lab.clients_from): the checks before it idle
         t0 = time.monotonic()
-        run = deploy(labhost)
+        run = lab.clients_from(lab.SERVICE_PLAY, lambda on_line: deploy(labhost, on_line=on_line), [stream], stack)
         elapsed = time.monotonic() - t0
         stream.wait_for_requests(1, after=time.time())
     assert run.rc == 0, run.output[-4000:]

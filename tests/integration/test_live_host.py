@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests import lab
-from tests.integration.test_deploy import PROFILE, UNIT, deploy, deploy_args
+from tests.integration.test_deploy import PROFILE, UNIT, deploy
 from tests.lab import Stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
@@ -66,8 +66,8 @@ def deploy_under_traffic(labhost, stream: Stream, *extra: str) -> tuple[lab.Play
     (lab.clients_from), stopped once it has one more whole answer; the run and its seconds."""
     with contextlib.ExitStack() as stack:
         t0 = time.monotonic()
-        run = lab.clients_from(lab.SERVICE_PLAY, lambda on_line: lab.ansible_playbook(
-            "deploy.yml", *deploy_args(labhost), *extra, on_line=on_line), [stream], stack)
+        run = lab.clients_from(lab.SERVICE_PLAY, lambda on_line: deploy(labhost, *extra, on_line=on_line), [stream],
+                               stack)
         seconds = time.monotonic() - t0
         stream.wait_ok(1, after=time.time())
     return run, seconds

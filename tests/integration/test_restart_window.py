@@ -29,7 +29,7 @@ import time
 import pytest
 
 from tests import lab
-from tests.integration.test_deploy import UNIT, deploy, deploy_args, main_pid
+from tests.integration.test_deploy import UNIT, deploy, main_pid
 from tests.lab import Stream, ship_host_scripts
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
@@ -176,9 +176,8 @@ def test_a_busy_restart_cuts_nothing(served, labhost, migrate_req):
         # them from the start, four clients back to back spent a core of the lab's two beside the checks and the
         # preflight too (the test took 167 s)
         clients = [Stream(labhost, tokens=48, name=f"busy-{i}", pause=0) for i in range(4)]
-        run = lab.clients_from(lab.SERVICE_PLAY, lambda on_line: lab.ansible_playbook(
-            "deploy.yml", *deploy_args(labhost), *BUSY, "-e", "llama_server_draft_n_max=3", "-v", on_line=on_line),
-            clients, stack)
+        run = lab.clients_from(lab.SERVICE_PLAY, lambda on_line: deploy(
+            labhost, *BUSY, "-e", "llama_server_draft_n_max=3", "-v", on_line=on_line), clients, stack)
         after = time.time()
         for client in clients:                       # each is answered by the new server
             client.wait_ok(1, after=after)

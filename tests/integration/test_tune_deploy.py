@@ -19,6 +19,7 @@ what an interrupted one left (the unit, a probe server under PID 1) and says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -64,10 +65,10 @@ def profile(tmp_path_factory) -> Path:
     return untuned_profile(tmp_path_factory.mktemp("tune-profile"))
 
 
-def deploy(labhost, profile: Path, extra: dict) -> lab.PlaybookRun:
+def deploy(labhost, profile: Path, extra: dict, on_line: Callable[[str], None] | None = None) -> lab.PlaybookRun:
     return lab.ansible_playbook("deploy.yml", "-i", "inventory/builder.yml", "-i", str(labhost.inventory),
                                 "-e", f"@{profile}", "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}",
-                                "-e", json.dumps({**TUNE, **extra}))
+                                "-e", json.dumps({**TUNE, **extra}), on_line=on_line)
 
 
 def host_json(labhost, name: str) -> dict:
@@ -161,8 +162,11 @@ def test_a_tune_beside_traffic_is_unproven_and_the_last_choice_stays(tuned, labh
     choice (the planted exact-n4 above) is what the unit runs."""
     before = host_json(labhost, "tune.json")
     assert before["chosen"] == "exact-n4"  # left by test_a_result_naming_a_length_is_rendered_into_the_unit
-    with lab.Stream(labhost, tokens=64) as stream:
-        run = deploy(labhost, profile, {"llama_server_tune_refresh": True, "llama_server_speed_gate_idle_timeout": 5})
+    with contextlib.ExitStack() as stack:
+        stream = lab.Stream(labhost, tokens=64)  # from the play that tunes (lab.clients_from): the checks before idle
+        run = lab.clients_from(lab.SERVICE_PLAY, lambda on_line: deploy(
+            labhost, profile, {"llama_server_tune_refresh": True, "llama_server_speed_gate_idle_timeout": 5},
+            on_line=on_line), [stream], stack)
         served = len(stream.records)
     assert run.rc == 0, run.output[-6000:]
     assert "unproven: the service at http://127.0.0.1:8080" in run.text, run.text[-4000:]
