@@ -173,8 +173,8 @@ def test_a_busy_restart_cuts_nothing(served, labhost, migrate_req):
     assert "--parallel 4" in unit, unit              # the module's service (served), before any client
     with contextlib.ExitStack() as stack:
         # the clients begin with the play that installs, drains and restarts (dozens of tasks before its drain): with
-        # them from the start, four clients back to back spent a core of the lab's two beside the checks and the
-        # preflight too (the test took 167 s)
+        # them from the start, four clients back to back took a core of the lab's two from the checks and the
+        # preflight too
         clients = [Stream(labhost, tokens=48, name=f"busy-{i}", pause=0) for i in range(4)]
         run = lab.clients_from(lab.SERVICE_PLAY, lambda on_line: deploy(
             labhost, *BUSY, "-e", "llama_server_draft_n_max=3", "-v", on_line=on_line), clients, stack)
