@@ -122,6 +122,10 @@ def clients_from(marker: str, run: Callable[[Callable[[str], None]], PlaybookRun
         running = pool.submit(run, watch)
         while not (reached.wait(0.5) or running.done()):
             pass
+        if not reached.is_set():  # a renamed play would otherwise start the clients after the drain, unnoticed
+            ended = running.result()
+            raise AssertionError(f"the run ended (rc {ended.rc}) before a line starting {marker!r}: "
+                                 f"{ended.output[-4000:]}")
         started = [pool.submit(client.__enter__) for client in clients]
         concurrent.futures.wait(started)
         for client, begun in zip(clients, started, strict=True):
