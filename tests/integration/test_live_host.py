@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests import lab
-from tests.integration.test_deploy import PROFILE, UNIT, deploy
+from tests.integration.test_deploy import UNIT, deploy, deploy_args
 from tests.lab import Stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
@@ -61,21 +61,21 @@ def live(labhost, llama_build) -> None:
     # no restore at the end: the next module's own deploy sets the host up (tests/integration/test_deploy.py)
 
 
-def deploy_under_traffic(labhost, stream: Stream, *extra: str) -> tuple[lab.PlaybookRun, float]:
+def deploy_under_traffic(labhost, stream: Stream, answers: int, *extra: str) -> tuple[lab.PlaybookRun, float]:
     """test_deploy's deploy with ``stream`` requesting from the play that drains, restarts, proves and judges on
-    (lab.clients_from), stopped once it has one more whole answer; the run and its seconds."""
+    (lab.clients_from), stopped once it has ``answers`` more whole answers; the run and its seconds."""
     with contextlib.ExitStack() as stack:
         t0 = time.monotonic()
         run = lab.clients_from(lab.SERVICE_PLAY, lambda on_line: deploy(labhost, *extra, on_line=on_line), [stream],
                                stack)
         seconds = time.monotonic() - t0
-        stream.wait_ok(1, after=time.time())
+        stream.wait_ok(answers, after=time.time())
     return run, seconds
 
 
 def test_a_changed_deploy_cuts_no_answer_mid_stream(live, labhost):
     stream = Stream(labhost)
-    run, seconds = deploy_under_traffic(labhost, stream, "-e", "llama_server_speed_gate=off",
+    run, seconds = deploy_under_traffic(labhost, stream, 2, "-e", "llama_server_speed_gate=off",
                                         "-e", "llama_server_ctx_size=1536")
     drained = line_after(run.text, "Drain result")
     row("changed deploy (ctx 2048 → 1536)", drained, seconds, stream, run.rc != 0)
@@ -93,7 +93,7 @@ def test_the_gate_under_load_never_reverses_the_idle_verdict(live, labhost):
     on the service the whole time the gate measures (from the play that restarts and judges), the gate says so or
     says it cannot tell -- it never says speculation pays."""
     stream = Stream(labhost)
-    run, seconds = deploy_under_traffic(labhost, stream, "-e", "llama_server_speed_gate=fallback",
+    run, seconds = deploy_under_traffic(labhost, stream, 1, "-e", "llama_server_speed_gate=fallback",
                                         "-e", "llama_server_speed_gate_refresh=true",
                                         "-e", "llama_server_speed_gate_idle_timeout=5")
     gate = line_after(run.text, "Speed gate - what it measured")
@@ -121,9 +121,7 @@ def interrupted_deploy(labhost, banner: str, *extra: str) -> tuple[int, str]:
     """deploy.yml (as test_deploy.deploy runs it), interrupted as an operator's Ctrl-C does the moment ``banner`` is
     printed: SIGINT to its whole process group (ansible-playbook, its forked workers, their ssh), as a terminal
     sends it to the foreground job."""
-    cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "deploy.yml", "-i", "inventory/builder.yml",
-           "-i", str(labhost.inventory), "-e", f"@{PROFILE}", "-e", f"llama_cpp_install_root={lab.LAB_INSTALL_ROOT}",
-           *extra]
+    cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "deploy.yml", *deploy_args(labhost), *extra]
     # unbuffered: Ansible writes its banners without flushing, so through a pipe a banner could reach this reader
     # kilobytes (or the whole run) late, and the "interrupted" deploy had already finished (rc 0) when SIGINT came
     env = {**os.environ, "ANSIBLE_CONFIG": str(lab.REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
