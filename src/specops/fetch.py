@@ -40,10 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 from urllib.parse import quote, urlsplit
 
-import httpx
 import yaml
-
-from specops import ggufmeta
 
 CHUNK = 8 * 1024 * 1024
 DISK_MARGIN = 256 * 1024 * 1024  # free space kept on top of the bytes still to download
@@ -412,6 +409,8 @@ def _fetch_http(spec: ModelSpec, part: Path, *, token: str | None, progress: boo
         headers["Authorization"] = f"Bearer {token}"
     if have:
         headers["Range"] = f"bytes={have}-"
+    import httpx  # here: a deploy's fetch of models already verified (every run) needs neither httpx nor numpy
+
     try:
         with httpx.Client(follow_redirects=True, timeout=httpx.Timeout(timeout, read=120.0)) as client, \
                 client.stream("GET", url, headers=headers) as r:
@@ -498,6 +497,8 @@ def _check_candidate(spec: ModelSpec, tmp: Path, verify: bool, *, resumable: boo
         tmp.unlink(missing_ok=True)
         raise FetchError(f"{spec.name}: got {size:,} bytes, expected {spec.size:,}: truncated or wrong "
                          "source. Nothing was installed.")
+    from specops import ggufmeta  # numpy and gguf: only for a file to check (see _fetch_http)
+
     try:
         ggufmeta.read(tmp)
     except ggufmeta.GGUFError as exc:
@@ -536,6 +537,8 @@ def fetch_model(spec: ModelSpec, models_dir: Path, cache_dir: Path, *, verify: b
                 print(f"  {spec.name}: {target} does not match the pinned sha256; fetching again",
                       file=sys.stderr)
             else:
+                from specops import ggufmeta
+
                 try:
                     ggufmeta.read(target)
                     return FetchResult(spec.name, target, False, None, target.stat().st_size, False)
