@@ -191,3 +191,36 @@ def test_each_role_that_runs_a_host_script_builds_the_zip_first():
                 if re.search(r"include_tasks: .*host_scripts\.yml|file: .*host_scripts\.yml", p.read_text())}
     assert users == {"deploy_lock", "llama_cpp", "llama_server", "loadbalancer", "systemd_unit", "tabbyapi"}, users
     assert builders == users, users - builders
+
+
+def host_scripts_includes() -> list[tuple[str, object]]:
+    """(file, the include's ``when``) for every task of the roles that includes host_scripts.yml."""
+    found: list[tuple[str, object]] = []
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, path)
+        elif isinstance(node, dict):
+            inc = node.get("ansible.builtin.include_tasks")
+            target = inc.get("file", "") if isinstance(inc, dict) else str(inc or "")
+            if target.endswith("host_scripts.yml"):
+                found.append((path, node.get("when")))
+            for key in ("block", "rescue", "always"):
+                walk(node.get(key), path)
+
+    for path in sorted((REPO / "roles").glob("*/tasks/*.yml")):
+        walk(yaml.safe_load(path.read_text()), path.relative_to(REPO).as_posix())
+    return found
+
+
+def test_a_host_that_has_the_zip_skips_every_further_include_of_it_as_one_task():
+    """host_scripts.yml is included by every role that runs a host script, several times a deploy: each include is
+    guarded by ``_llama_server_host_scripts is not defined``, so a host that has the zip's path from an earlier
+    include of the run skips the include (one task) instead of running its three (two of them skipped)."""
+    includes = host_scripts_includes()
+    assert len(includes) >= 8, includes
+    guard = "_llama_server_host_scripts is not defined"
+    unguarded = [path for path, when in includes
+                 if guard not in (when if isinstance(when, str) else " and ".join(map(str, when or [])))]
+    assert not unguarded, f"guard these includes of host_scripts.yml with `{guard}`: {unguarded}"
