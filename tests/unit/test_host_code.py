@@ -151,24 +151,28 @@ def test_the_systems_python3_runs_it_too(built: Path, tmp_path: Path):
 
 
 # ---- every host script a role runs comes from the zip --------------------------------------------------------------
-def script_tasks() -> list[tuple[str, str]]:
-    """(task file, cmd) of every ansible.builtin.script task in the roles."""
-    found = []
+def role_tasks() -> list[tuple[str, dict]]:
+    """(task file, task) of every task in the roles' task files, those in blocks, rescues and always included."""
+    found: list[tuple[str, dict]] = []
 
     def walk(node: object, path: str) -> None:
         if isinstance(node, list):
             for item in node:
                 walk(item, path)
         elif isinstance(node, dict):
-            script = node.get("ansible.builtin.script")
-            if isinstance(script, dict):
-                found.append((path, str(script.get("cmd", ""))))
+            found.append((path, node))
             for key in ("block", "rescue", "always"):
                 walk(node.get(key), path)
 
     for path in sorted((REPO / "roles").glob("*/tasks/*.yml")):
         walk(yaml.safe_load(path.read_text()), path.relative_to(REPO).as_posix())
     return found
+
+
+def script_tasks() -> list[tuple[str, str]]:
+    """(task file, cmd) of every ansible.builtin.script task in the roles."""
+    return [(path, str(t["ansible.builtin.script"].get("cmd", ""))) for path, t in role_tasks()
+            if isinstance(t.get("ansible.builtin.script"), dict)]
 
 
 def test_every_script_task_runs_a_host_script_from_the_zip():
@@ -195,23 +199,11 @@ def test_each_role_that_runs_a_host_script_builds_the_zip_first():
 
 def host_scripts_includes() -> list[tuple[str, object]]:
     """(file, the include's ``when``) for every task of the roles that includes host_scripts.yml."""
-    found: list[tuple[str, object]] = []
+    def target(task: dict) -> str:
+        inc = task.get("ansible.builtin.include_tasks")
+        return inc.get("file", "") if isinstance(inc, dict) else str(inc or "")
 
-    def walk(node: object, path: str) -> None:
-        if isinstance(node, list):
-            for item in node:
-                walk(item, path)
-        elif isinstance(node, dict):
-            inc = node.get("ansible.builtin.include_tasks")
-            target = inc.get("file", "") if isinstance(inc, dict) else str(inc or "")
-            if target.endswith("host_scripts.yml"):
-                found.append((path, node.get("when")))
-            for key in ("block", "rescue", "always"):
-                walk(node.get(key), path)
-
-    for path in sorted((REPO / "roles").glob("*/tasks/*.yml")):
-        walk(yaml.safe_load(path.read_text()), path.relative_to(REPO).as_posix())
-    return found
+    return [(path, t.get("when")) for path, t in role_tasks() if target(t).endswith("host_scripts.yml")]
 
 
 def test_a_host_that_has_the_zip_skips_every_further_include_of_it_as_one_task():
