@@ -14,8 +14,6 @@ import yaml
 
 from tests import lab
 
-INSTALL = lab.REPO / "roles" / "models" / "tasks" / "install.yml"
-
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -31,6 +29,9 @@ def test_a_changed_model_on_the_host_is_reported_then_replaced(tmp_path: Path) -
     (host / "same.gguf").write_bytes(data["same"])
     (host / "tampered.gguf").write_bytes(b"GGUF model tampered!")
     (host / "unverified.gguf").write_bytes(b"GGUF something else")
+    (host / "same.gguf").chmod(0o600)   # in place as verified: not sent again, its mode put right
+    (host / ".incoming" / ".ansible-tmp-1-2-3").mkdir(parents=True)   # what an interrupted copy left
+    (host / ".incoming" / ".ansible-tmp-1-2-3" / "source").write_bytes(b"half a model")
     fetched = [{"name": name, "path": str(cache / f"{name}.gguf"), "fetched": False, "size": len(body),
                 "sha256": None if name == "unverified" else _sha(body), "verified": name != "unverified"}
                for name, body in data.items()]
@@ -39,7 +40,7 @@ def test_a_changed_model_on_the_host_is_reported_then_replaced(tmp_path: Path) -
                       "specops_models_owner": pwd.getpwuid(os.getuid()).pw_name,
                       "specops_models_group": grp.getgrgid(os.getgid()).gr_name,
                       "specops_models_dir_mode": "0755", "specops_models_file_mode": "0644"},
-             "tasks": [{"ansible.builtin.include_tasks": str(INSTALL)}]}]
+             "tasks": [{"ansible.builtin.include_role": {"name": "models", "tasks_from": "install"}}]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
     run = lab.ansible_playbook(str(tmp_path / "play.yml"), "-i", "localhost,", "-e",
                                f"ansible_python_interpreter={sys.executable}", timeout=300,
@@ -52,3 +53,6 @@ def test_a_changed_model_on_the_host_is_reported_then_replaced(tmp_path: Path) -
             "corrupted; replacing it") in warnings[0]
     for name, body in data.items():
         assert (host / f"{name}.gguf").read_bytes() == body
+        assert (host / f"{name}.gguf").stat().st_mode & 0o7777 == 0o644, name
+    assert list((host / ".incoming").iterdir()) == [] and (host / ".incoming").stat().st_mode & 0o7777 == 0o700
+    assert f"removed {host}/.incoming/.ansible-tmp-1-2-3" in run.output, run.output[-3000:]

@@ -224,10 +224,37 @@ def test_a_journal_without_invocation_tags_falls_back_to_the_unit(monkeypatch, c
     host = FakeHost([failed], [])
     rc, out = _main(monkeypatch, capsys, host, "--url", "http://127.0.0.1:9", "--timeout", "30")
     assert rc == 1 and out["reason"] == f"{UNIT} exited (exit-code 1); the journal names no cause"
-    assert [call[6:] for call in host.journal_calls[:2]] == [
-        ["_SYSTEMD_INVOCATION_ID=aaa", "+", "INVOCATION_ID=aaa"], ["-u", UNIT, "--since", "-10min"]]
+    assert [call[6:8] for call in host.journal_calls[:3]] == [
+        ["_SYSTEMD_INVOCATION_ID=aaa", "+"], ["-u", UNIT], ["-u", UNIT]]
+    assert host.journal_calls[1][8:] == ["--since", "-10min"]
+    assert host.journal_calls[2][8] == "--since" and host.journal_calls[2][9].startswith("@")
     # no cause of its own: read again a bounded number of times, then systemd's word is all there is
-    assert len(host.journal_calls) == 2 * (wh.SETTLE_LOOKS + 1)
+    assert len(host.journal_calls) == 3 * (wh.SETTLE_LOOKS + 1)
+
+
+def test_a_cause_stored_without_its_run_tag_is_read_from_the_units_lines_since_the_wait(monkeypatch, capsys) -> None:
+    """journald tags a line with its run from the run's cgroup: one it stores after the run is gone has no tag, so
+    the run's own lines hold only systemd's echo; the unit's lines since just before the wait began hold the cause."""
+    failed = {**EXITED, "ActiveState": "failed", "NRestarts": "0", "InvocationID": "aaa"}
+    echo = [f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", f"{UNIT}: Failed with result 'exit-code'."]
+    untagged = "safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge"
+    host = FakeHost([failed], echo)
+    plain_run = host.run
+
+    def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "journalctl" and "--since" in argv and argv[argv.index("--since") + 1].startswith("@"):
+            host.lines = [untagged, *echo]
+        else:
+            host.lines = echo
+        return plain_run(argv, **kw)
+
+    monkeypatch.setattr(wh.subprocess, "run", run)
+    monkeypatch.setattr(wh.time, "sleep", lambda _s: None)
+    monkeypatch.setattr("sys.argv", ["wait_healthy.py", "--unit", UNIT, "--url", "http://127.0.0.1:9"])
+    assert wh.main() == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["cause"] == [untagged], out
+    assert out["reason"] == f"{UNIT} exited (exit-code 1): {untagged}", out
 
 
 def test_a_cause_that_reaches_the_journal_late_is_still_named(monkeypatch, capsys) -> None:

@@ -10,8 +10,8 @@ import runpy
 import sys
 
 # the modules of specops.host that are scripts (tests/unit/test_host_code.py: every module with a main but hostlib)
-SCRIPTS = ("build_progress", "deploy_lock", "disk_facts", "drain", "haproxy_admin", "host_facts", "probe",
-           "speed_probe", "unit_state", "verify_units", "wait_healthy")
+SCRIPTS = ("build_progress", "deploy_lock", "disk_facts", "drain", "files", "haproxy_admin", "host_facts",
+           "models_place", "probe", "server_help", "speed_probe", "unit_state", "verify_units", "wait_healthy")
 USAGE = f"usage: python3 <host scripts zip> SCRIPT [ARGS...]  (SCRIPT: {', '.join(SCRIPTS)})"
 
 

@@ -5,7 +5,9 @@ An interrupted deploy can leave a new unit file on disk and the old process runn
 NeedDaemonReload=yes, or, after a reload, its ExecStart no longer matches the process). This compares what
 runs -- the main process's command line from /proc -- with the command line systemd would start now, and
 prints JSON: {"active", "need_daemon_reload", "main_pid", "invocation", "cmdline", "unit_argv", "matches"}.
-``matches`` is null when nothing runs. systemd shows ExecStart's argv with specifiers expanded and its
+``matches`` is null when nothing runs. With ``--sha256 P`` / ``--content P`` (each repeatable) it adds
+"files": :func:`specops.host.files.look` of them (the unit file's checksum and the speed gate's record, in the same
+run). systemd shows ExecStart's argv with specifiers expanded and its
 arguments joined by single spaces, so the process's arguments are compared joined the same way.
 """
 
@@ -16,6 +18,8 @@ import json
 import re
 import subprocess
 import sys
+
+from specops.host.files import look
 
 ARGV = re.compile(r"argv\[\]=(.*?) ; ignore_errors=")
 
@@ -54,12 +58,15 @@ def main() -> int:
     ap.add_argument("--unit", required=True)
     ap.add_argument("--reload-if-needed", action="store_true",
                     help="run systemctl daemon-reload first when systemd says the unit file changed on disk")
+    ap.add_argument("--sha256", action="append", default=[], metavar="PATH", help="also this file's sha256")
+    ap.add_argument("--content", action="append", default=[], metavar="PATH", help="also this file's content")
     args = ap.parse_args()
     props, reloaded = show(args.unit), False
     if args.reload_if_needed and props.get("NeedDaemonReload") == "yes":
         subprocess.run(["systemctl", "daemon-reload"], check=True)
         props, reloaded = show(args.unit), True
-    print(json.dumps({**state(props, cmdline(int(props.get("MainPID") or 0))), "reloaded": reloaded}))
+    files = {"files": look(args.sha256, args.content)} if args.sha256 or args.content else {}
+    print(json.dumps({**state(props, cmdline(int(props.get("MainPID") or 0))), "reloaded": reloaded, **files}))
     return 0
 
 

@@ -42,6 +42,7 @@ PREFIX = re.compile(r"^(?:[IWED] )?(?:[\d.]+ [IWED] )?(?:(?:srv|slot|que|res)\s+
 UNIT_PREFIX = re.compile(r"^\S+\.service: ")
 ANY_HOST = {"0.0.0.0", "::", "localhost", ""}
 SETTLE_LOOKS, SETTLE_STEP = 12, 0.25  # a failure whose journal names no cause of its own is read again for 3 s
+BEGAN_SLACK_S = 30                    # the unit's lines this long before the wait began count as its run's
 
 
 def own_causes(lines: list[str]) -> list[str]:
@@ -133,7 +134,7 @@ def unit_state(unit: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def journal_lines(unit: str, invocations: list[str], since: str) -> list[str]:
+def journal_lines(unit: str, invocations: list[str], since: str, began: str | None = None) -> list[str]:
     def run(argv: list[str]) -> list[str]:
         out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
         return [line for line in out.splitlines() if line.strip()]
@@ -141,13 +142,21 @@ def journal_lines(unit: str, invocations: list[str], since: str) -> list[str]:
     # naming the cause arrived after systemd's own lines once, under load): --sync stores everything logged so far
     subprocess.run(["journalctl", "--sync"], capture_output=True, text=True, check=False)
     # a journald that did not tag the lines with the invocation: the unit's recent lines, as before
-    return run(journal_argv(unit, invocations, since)) or run(journal_argv(unit, [], since))
+    lines = run(journal_argv(unit, invocations, since)) or run(journal_argv(unit, [], since))
+    if began and invocations and not own_causes(lines):
+        # journald tags a line with its run (_SYSTEMD_INVOCATION_ID) from the run's cgroup: a line it stores after
+        # the run's cgroup is gone carries none, and the run's own lines are missing above (a TabbyAPI traceback was,
+        # under the whole suite's load, even after the settle below): the unit's lines since shortly before this wait
+        recent = run(journal_argv(unit, [], began))
+        if own_causes(recent):
+            return recent
+    return lines
 
 
 
 
-def failure(head: str, unit: str, invocations: list[str], since: str) -> dict[str, object]:
-    lines = journal_lines(unit, invocations, since)
+def failure(head: str, unit: str, invocations: list[str], since: str, began: str | None = None) -> dict[str, object]:
+    lines = journal_lines(unit, invocations, since, began)
     # the dying process's last lines travel through its stdout stream to journald and can land after systemd's
     # own ("Failed with result 'exit-code'"), even after --sync: a TabbyAPI traceback did once under the whole
     # suite's load. Look again for a few seconds before settling for systemd's lines.
@@ -155,7 +164,7 @@ def failure(head: str, unit: str, invocations: list[str], since: str) -> dict[st
         if own_causes(lines):
             break
         time.sleep(SETTLE_STEP)
-        lines = journal_lines(unit, invocations, since)
+        lines = journal_lines(unit, invocations, since, began)
     cause = select_cause(lines)
     return {"ok": False, "reason": reason_line(head, cause), "cause": cause,
             "journal": "\n".join(lines[-JOURNAL_TAIL:])}
@@ -181,6 +190,8 @@ def main() -> int:
             print(json.dumps({"ok": False, "reason": f"cannot tell where {args.unit} listens: {exc}", "cause": [],
                               "journal": ""}))
             return 1
+    # (the run this wait watches was started just before it: its first lines can be a few seconds older)
+    began = f"@{int(time.time()) - BEGAN_SLACK_S}"
     st = unit_state(args.unit)
     restarts0 = int(st.get("NRestarts", "0") or 0)
     seen: list[str] = []
@@ -192,7 +203,7 @@ def main() -> int:
             seen.append(st["InvocationID"])
         if st.get("ActiveState") == "failed" or int(st.get("NRestarts", "0") or 0) > restarts0:
             head = f"{args.unit} exited ({exit_text(st) or 'systemd restarted it'})"
-            print(json.dumps({**failure(head, args.unit, seen, args.since), "url": url}))
+            print(json.dumps({**failure(head, args.unit, seen, args.since, began), "url": url}))
             return 1
         if time.monotonic() >= deadline:
             break
@@ -208,7 +219,7 @@ def main() -> int:
         time.sleep(0.25 if time.monotonic() - started < 10 else 1)
         st = unit_state(args.unit)
     head = f"{args.unit} gave no healthy answer on {url} within {args.timeout:.0f}s{f' ({last})' if last else ''}"
-    print(json.dumps({**failure(head, args.unit, seen, args.since), "url": url}))
+    print(json.dumps({**failure(head, args.unit, seen, args.since, began), "url": url}))
     return 1
 
 
