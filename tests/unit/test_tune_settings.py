@@ -267,7 +267,7 @@ def _task_argv() -> str:
     run = yaml.safe_load((ROLE_DIR / "tasks" / "tune_run.yml").read_text())
     start = next(t for t in run[0]["block"] if t["name"].startswith("Tune - start specops tune"))
     live = start["vars"]["_llama_server_tune_live_argv"].strip()
-    assert "_llama_server_tune_argv + _llama_server_tune_live_argv" in start["ansible.builtin.command"]["argv"]
+    assert "_llama_server_tune_argv + _llama_server_tune_live_argv" in start["ansible.builtin.shell"]  # its exec
     assert argv.startswith("{{") and argv.endswith("}}") and live.startswith("{{") and live.endswith("}}")
     return f"{{{{ ({argv[2:-2]}) + ({live[2:-2]}) }}}}"
 
