@@ -7,7 +7,7 @@ import http.server
 import json
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +232,16 @@ def test_a_journal_without_invocation_tags_falls_back_to_the_unit(monkeypatch, c
     assert len(host.journal_calls) == 3 * (wh.SETTLE_LOOKS + 1)
 
 
+def _failed_with(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                 run: Callable[..., subprocess.CompletedProcess[str]]) -> dict[str, Any]:
+    """main() against ``run`` as the host's commands: it fails, and this is what it printed."""
+    monkeypatch.setattr(wh.subprocess, "run", run)
+    monkeypatch.setattr(wh.time, "sleep", lambda _s: None)
+    monkeypatch.setattr("sys.argv", ["wait_healthy.py", "--unit", UNIT, "--url", "http://127.0.0.1:9"])
+    assert wh.main() == 1
+    return json.loads(capsys.readouterr().out)
+
+
 def test_a_cause_stored_without_its_run_tag_is_read_from_the_units_lines_since_the_wait(monkeypatch, capsys) -> None:
     """journald tags a line with its run from the run's cgroup: one it stores after the run is gone has no tag, so
     the run's own lines hold only systemd's echo; the unit's lines since just before the wait began hold the cause."""
@@ -248,11 +258,7 @@ def test_a_cause_stored_without_its_run_tag_is_read_from_the_units_lines_since_t
             host.lines = echo
         return plain_run(argv, **kw)
 
-    monkeypatch.setattr(wh.subprocess, "run", run)
-    monkeypatch.setattr(wh.time, "sleep", lambda _s: None)
-    monkeypatch.setattr("sys.argv", ["wait_healthy.py", "--unit", UNIT, "--url", "http://127.0.0.1:9"])
-    assert wh.main() == 1
-    out = json.loads(capsys.readouterr().out)
+    out = _failed_with(monkeypatch, capsys, run)
     assert out["cause"] == [untagged], out
     assert out["reason"] == f"{UNIT} exited (exit-code 1): {untagged}", out
 
@@ -272,11 +278,7 @@ def test_a_cause_that_reaches_the_journal_late_is_still_named(monkeypatch, capsy
             host.lines = next(reads, host.lines)
         return plain_run(argv, **kw)
 
-    monkeypatch.setattr(wh.subprocess, "run", run)
-    monkeypatch.setattr(wh.time, "sleep", lambda _s: None)
-    monkeypatch.setattr("sys.argv", ["wait_healthy.py", "--unit", UNIT, "--url", "http://127.0.0.1:9"])
-    assert wh.main() == 1
-    out = json.loads(capsys.readouterr().out)
+    out = _failed_with(monkeypatch, capsys, run)
     assert out["cause"] == [late], out
     assert "Failed with result" not in out["reason"], out["reason"]
 
