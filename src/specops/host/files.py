@@ -23,6 +23,7 @@ import base64
 import hashlib
 import json
 import os
+import stat
 import sys
 from typing import Any
 
@@ -79,21 +80,42 @@ class Missing(Exception):
     """A step's ``src`` is not there."""
 
 
-def put_dir(path: str, mode: int, check: bool) -> bool:
-    """``path`` a directory with ``mode``; True when that changed anything."""
+def ensure_dir(path: str, mode: int, check: bool, owner: int | None = None, group: int | None = None) -> bool:
+    """``path`` a directory with ``mode`` (and ``owner``, ``group`` where given); True when that changed anything.
+    A symlink to a directory is followed, as ansible.builtin.file follows it; a path that is there but no directory
+    is an error (NotADirectoryError)."""
     try:
-        if (os.stat(path).st_mode & 0o7777) == mode:
-            return False
+        st = os.stat(path)
     except FileNotFoundError:
         if not check:
-            os.makedirs(path, mode=mode, exist_ok=True)
-    if not check:
-        os.chmod(path, mode)
-    return True
+            os.makedirs(path, exist_ok=True)
+            if owner is not None and group is not None:
+                os.chown(path, owner, group)
+            os.chmod(path, mode)
+        return True
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(f"{path} is not a directory")
+    return ensure_attrs(path, st, mode, check, owner, group)
+
+
+def ensure_attrs(path: str, st: os.stat_result, mode: int, check: bool, owner: int | None = None,
+                 group: int | None = None) -> bool:
+    """``path`` (whose stat is ``st``) with ``mode`` (and ``owner``, ``group`` where given); True when that changed
+    anything."""
+    changed = False
+    if owner is not None and group is not None and (st.st_uid, st.st_gid) != (owner, group):
+        changed = True
+        if not check:
+            os.chown(path, owner, group)
+    if stat.S_IMODE(st.st_mode) != mode:
+        changed = True
+        if not check:
+            os.chmod(path, mode)
+    return changed
 
 
 def put(steps: list[dict[str, str]], mode: int, check: bool, dirs: tuple[str, ...] = ()) -> dict[str, Any]:
-    changed = [d for d in dirs if put_dir(d, 0o755, check)]
+    changed = [d for d in dirs if ensure_dir(d, 0o755, check)]
     sums: dict[str, str] = {}
     written: dict[str, bytes] = {}   # what the steps so far put (or, with --check, would put) there
     for step in steps:
@@ -134,7 +156,7 @@ def main() -> int:
         return 2
     try:
         done = put(steps, int(args.mode, 8), args.check, tuple(args.dir))
-    except Missing as exc:
+    except (Missing, OSError) as exc:   # a missing source; a --dir that is there but no directory
         print(exc, file=sys.stderr)
         return 2
     print(json.dumps({**done, **({"content": look([], args.content)["content"]} if args.content else {})}))

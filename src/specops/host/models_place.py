@@ -23,10 +23,9 @@ import json
 import os
 import pwd
 import shutil
-import stat
 import sys
 
-from specops.host.files import sha256
+from specops.host.files import ensure_attrs, ensure_dir, sha256
 
 
 def uid(name: str) -> int:
@@ -35,34 +34,6 @@ def uid(name: str) -> int:
 
 def gid(name: str) -> int:
     return int(name) if name.isdigit() else grp.getgrnam(name).gr_gid
-
-
-def ensure_dir(path: str, owner: int, group: int, mode: int, check: bool) -> bool:
-    """``path`` a directory with ``owner``, ``group`` and ``mode``; True when that changed anything."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if not check:
-            os.makedirs(path, exist_ok=True)
-            os.chown(path, owner, group)
-            os.chmod(path, mode)
-        return True
-    if not stat.S_ISDIR(st.st_mode):
-        raise NotADirectoryError(f"{path} is not a directory")
-    return ensure_attrs(path, st, owner, group, mode, check)
-
-
-def ensure_attrs(path: str, st: os.stat_result, owner: int, group: int, mode: int, check: bool) -> bool:
-    changed = False
-    if (st.st_uid, st.st_gid) != (owner, group):
-        changed = True
-        if not check:
-            os.chown(path, owner, group)
-    if stat.S_IMODE(st.st_mode) != mode:
-        changed = True
-        if not check:
-            os.chmod(path, mode)
-    return changed
 
 
 def empty(path: str, check: bool) -> list[dict[str, object]]:
@@ -83,18 +54,17 @@ def empty(path: str, check: bool) -> list[dict[str, object]]:
 def place(directory: str, owner: int, group: int, dir_mode: int, file_mode: int, expect: dict[str, str],
           check: bool) -> dict[str, object]:
     changed = []
-    if ensure_dir(directory, owner, group, dir_mode, check):
+    if ensure_dir(directory, dir_mode, check, owner, group):
         changed.append(directory)
     found = {m: sha256(os.path.join(directory, m)) for m in expect}
     incoming = os.path.join(directory, ".incoming")
-    if ensure_dir(incoming, 0, 0, 0o700, check):
+    if ensure_dir(incoming, 0o700, check, 0, 0):
         changed.append(incoming)
     removed = empty(incoming, check) if os.path.isdir(incoming) else []
     changed += [str(r["path"]) for r in removed]
     for name, want in expect.items():
         path = os.path.join(directory, name)
-        in_place = found.get(name) is not None and found[name] == want.lower()
-        if in_place and ensure_attrs(path, os.stat(path), owner, group, file_mode, check):
+        if found[name] == want.lower() and ensure_attrs(path, os.stat(path), file_mode, check, owner, group):
             changed.append(path)
     return {"changed": changed, "sha256": found, "removed": removed}
 
