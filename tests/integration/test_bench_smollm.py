@@ -25,9 +25,14 @@ TASKS = [
 ] + [
     {"id": f"t-edit-{i}", "workload": "edit",
      "messages": [{"role": "user",
-                   "content": "Repeat this list exactly: " + ", ".join(f"item{j + i}" for j in range(12))}]}
+                   "content": "Repeat this list exactly, one item per line:\n"
+                   + "\n".join(f"- item{j + i}" for j in range(12))}]}
     for i in range(3)
 ]
+# The edit prompt is one SmolLM2-135M copies: "Repeat this list exactly: item0, item1, ..." on one line was copied for
+# one offset in three, and which one changed with the thread count (-t 1 copied item2's, -t 2 item1's), so a run whose
+# edit conclusion settled before that task drafted nothing (CI, 2026-12-03). One item per line: copied at every offset
+# 0-4, at -t 1 and -t 2 (20 draft tokens each in 32).
 
 
 def test_small_bench_end_to_end(llama_build: lab.LlamaBuild, smollm: Path, tmp_path: Path) -> None:
