@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import specops.bench.ceiling as ceiling_mod
 from specops.bench.ceiling import (
     Numerics,
     batch_times,
@@ -103,3 +104,27 @@ def test_a_stalled_multi_token_timing_cannot_deflate_the_ceiling() -> None:
     assert rel == {1: 1.0, 2: pytest.approx(1.25), 3: pytest.approx(1.25), 5: pytest.approx(1.5)}
     # an ordered curve is kept as measured
     assert relative_cost({1: 0.04, 2: 0.05, 4: 0.07}) == {1: 1.0, 2: pytest.approx(1.25), 4: pytest.approx(1.75)}
+
+
+def test_a_draft_that_is_the_target_file_is_not_timed_whatever_the_numerics(monkeypatch, tmp_path) -> None:
+    """The unit's numerics (fa=on,ctv=q8_0) and no default target run: the draft that is the target file still takes
+    r = 1 and the target's curve, and llama-bench runs once. (It was timed again with the default numerics: under a
+    neighbour's load the target's step measured 3.5 times the draft's, r = 0.29 gave a 1.43x ceiling, and
+    test_bench_smollm's draft arm escaped pruning.)"""
+    runs: list[list[str]] = []
+
+    def fake(argv: list[str], env=None, timeout: float = 1800) -> list[dict]:
+        runs.append(argv)
+        return [{"n_prompt": k, "n_gen": 0, "avg_ns": 0, "samples_ns": [10_000_000 * (1 + k / 10)]} for k in (1, 2, 3)]
+
+    monkeypatch.setattr(ceiling_mod, "run_llama_bench", fake)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"")
+    unit = Numerics.of_profile({"flash_attn": "on", "cache_type_v": "q8_0"}, {})
+    out = ceiling_mod.measure(tmp_path / "llama-bench", model, [unit], {"draft": tmp_path / "." / "m.gguf"},
+                              depth=32, reps=5, ks=(1, 2, 3), progress=lambda _: None)
+    assert len(runs) == 1 and "-fa" in runs[0]
+    assert out["draft"]["draft"]["same_as_target"] is True
+    assert out["draft"]["draft"]["relative"] == out["target"][unit.name]["relative"]
+    assert draft_cost_ratio(out, "draft", unit.name) == 1.0
+    assert "target_step_after_drafts_s" not in out
