@@ -3,9 +3,12 @@
 
 It samples N requests per workload (seeded), de-duplicates them, leaves out over-long prompts and labels workloads by
 the default rule or the operator's (:mod:`specops.requestlog.label`). It prints ids, workloads, lengths and counts,
-never a prompt's text. Bad input is one line naming the file and the line, and nothing is written. The task file is
-written whole (readable by its owner only: prompts can be private) and loads with the bench's own reader before it
-replaces FILE.
+never a prompt's text. A bad line of the log (cut, not JSON, not a usable chat body) is skipped and counted on stderr
+(``1 line skipped: requests.jsonl:18: not JSON (...)``); the log is refused only when more lines are skipped than
+``--max-skipped`` allows (default: the first and last line of any log, 5% of a large one; see
+:mod:`specops.requestlog.read`) or none is usable. Bad input is one line naming the file and the line (and the count),
+and nothing is written. The task file is written whole (readable by its owner only: prompts can be private) and loads
+with the bench's own reader before it replaces FILE.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from specops.bench.tasks import TaskError, load_file
 from specops.requestlog.label import RuleError, load_rules
-from specops.requestlog.read import LogError, read_log
+from specops.requestlog.read import ALWAYS_SKIPPABLE, DEFAULT_MAX_SKIPPED, LogError, read_log
 from specops.requestlog.sample import CHARS_PER_TOKEN, Selection, select
 
 NAME = "tasks"
@@ -40,6 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help=f"leave out prompts over M tokens, estimated at {CHARS_PER_TOKEN} characters a token "
                            f"(default {DEFAULT_MAX_TOKENS})")
     size.add_argument("--max-prompt-chars", type=int, metavar="M", help="leave out prompts over M characters")
+    p.add_argument("--max-skipped", type=float, default=DEFAULT_MAX_SKIPPED, metavar="SHARE",
+                   help=f"the share of the log's (non-blank) lines that may be skipped as bad (cut, not JSON, not a "
+                        f"usable chat body) before the log is refused: at most max({ALWAYS_SKIPPABLE}, SHARE × lines), "
+                        f"so any log may lose its first and last line; 0 refuses the first bad line (default "
+                        f"{DEFAULT_MAX_SKIPPED:g})")
     p.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
 
 
@@ -102,15 +110,20 @@ def run(args: argparse.Namespace) -> int:
         if args.per_workload < 1:
             raise TasksError("--per-workload must be at least 1")
         max_chars = _max_chars(args)
+        if not 0 <= args.max_skipped <= 1:  # NaN too
+            raise TasksError("--max-skipped must be a share from 0 to 1")
         rules = load_rules(args.workload_rule) if args.workload_rule else []
-        requests = read_log(args.from_requests)
-        sel = select(requests, args.per_workload, max_chars, args.seed, rules)
+        log = read_log(args.from_requests, args.max_skipped)
+        sel = select(log.requests, args.per_workload, max_chars, args.seed, rules)
         if not sel.tasks:
+            skipped = f", {log.count_text()}" if log.skipped else ""
             raise TasksError(f"no request of {args.from_requests} is left ({sel.duplicates} duplicate(s), "
-                             f"{sel.too_long} over the prompt limit)")
+                             f"{sel.too_long} over the prompt limit{skipped})")
         _write(sel, args.out)
     except (TasksError, LogError, RuleError) as exc:
         print(f"specops tasks: {exc}; nothing was written", file=sys.stderr)
         return 2
-    _report(sel, len(requests), args, max_chars)
+    if log.skipped:
+        print(f"specops tasks: {log.skipped_text()}", file=sys.stderr)
+    _report(sel, len(log.requests), args, max_chars)
     return 0

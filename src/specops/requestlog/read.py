@@ -4,14 +4,24 @@ wrapped (``{"request": {...}}``, ``{"body": {...}}``, a body given as a JSON str
 Each body becomes the bench's messages (roles system / user / assistant, text content), the way the standard set
 writes tool calls: the body's ``tools`` go into the system message (``Tools: [...]``), a tool result becomes a user
 turn (``Tool result: ...``) and an assistant's tool calls its text (``{"name": ..., "arguments": {...}}``). Content
-given as parts keeps its text parts. Anything else (a line that is not JSON, a body without messages, an image, a
-conversation that ends with the assistant) is an error naming the file and the line, never the prompt's text.
+given as parts keeps its text parts. Anything else (a line that is not UTF-8 or not JSON, a body without messages,
+an image, a conversation that ends with the assistant) is a bad line, named by the file and the line, never by the
+prompt's text.
+
+A log is read the way gateways write it: a log rotated or copied while the gateway was writing starts and ends with a
+cut line. So a bad line is skipped and counted (the first :data:`REASONS_KEPT` kept, as ``file:line: why``) and the
+rest is read; blank lines are ignored, not counted. The log is refused (:class:`LogError`, naming the count and the
+first bad lines) only when more lines are skipped than a share allows, or when no request is left. The share
+(``specops tasks --max-skipped``, default :data:`DEFAULT_MAX_SKIPPED`) allows ``max(2, floor(share × lines))``
+skipped lines of a log of ``lines`` non-blank lines: a log of any size may lose its first and last line, a large log
+5% of its lines; a share of 0 allows none (the first bad line refuses the log).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +29,14 @@ from typing import Any
 
 Messages = tuple[tuple[str, str], ...]
 
+DEFAULT_MAX_SKIPPED = 0.05  # the share of a log's lines that may be skipped, never fewer than 2 (allowed_skips)
+ALWAYS_SKIPPABLE = 2  # a log's first and last line, cut by rotation or by a copy taken while the gateway wrote
+REASONS_KEPT = 3  # the first bad lines named
+
 
 class LogError(ValueError):
-    """A request log line that cannot be used: ``file:line: what`` (never the prompt's text)."""
+    """A request log line that cannot be used (``file:line: what``), or a log refused (the count and the first bad
+    lines); never the prompt's text."""
 
 
 @dataclass(frozen=True)
@@ -125,25 +140,85 @@ def parse(body: Mapping[str, Any], where: str, line: int) -> Request:
     return Request(line, tuple(messages), last_user, has_tools, wants_json)
 
 
-def read_log(path: Path) -> list[Request]:
-    """Every request of the log, in order (blank lines skipped); LogError at the first bad line."""
+@dataclass(frozen=True)
+class RequestLog:
+    """The usable requests of a log, in order, and what was skipped: counts and ``file:line: why`` only."""
+
+    requests: tuple[Request, ...]
+    lines: int  # non-blank lines read
+    skipped: int  # of them, not usable
+    reasons: tuple[str, ...]  # the first REASONS_KEPT skipped lines, ``file:line: why``
+
+    def count_text(self, of_all: bool = False) -> str:
+        """``1 line skipped``, or with ``of_all`` ``5 of 60 lines skipped``."""
+        plural = "" if (self.lines if of_all else self.skipped) == 1 else "s"
+        return f"{self.skipped}{f' of {self.lines}' if of_all else ''} line{plural} skipped"
+
+    def first_text(self) -> str:
+        """The first bad lines: ``requests.jsonl:1: not JSON (...); ...; and 2 more``."""
+        more = self.skipped - len(self.reasons)
+        return "; ".join(self.reasons) + (f"; and {more} more" if more > 0 else "")
+
+    def skipped_text(self) -> str:
+        """``1 line skipped: requests.jsonl:18: not JSON (...)`` (what the command says on stderr)."""
+        return f"{self.count_text()}: {self.first_text()}"
+
+
+def allowed_skips(lines: int, share: float) -> int:
+    """How many of a log's ``lines`` (non-blank) may be skipped: ``max(2, floor(share × lines))``, none at 0."""
+    if share <= 0:
+        return 0
+    return max(ALWAYS_SKIPPABLE, math.floor(share * lines + 1e-9))
+
+
+def _request(data: bytes, where: str, n: int) -> Request:
+    """One log line as a request; LogError (``file:line: why``) when it is not one."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LogError(f"cannot read request log {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
+        line = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LogError(f"{where}: not UTF-8 (byte {exc.start + 1})") from None
+    try:
+        raw = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise LogError(f"{where}: not JSON ({exc.msg})") from None
+    body = _body(raw)
+    if body is None:
+        raise LogError(f"{where}: no chat body (messages), bare or under 'request' / 'body'")
+    return parse(body, where, n)
+
+
+def read_log(path: Path, max_skipped: float = DEFAULT_MAX_SKIPPED) -> RequestLog:
+    """Every usable request of the log, in order; a bad line is skipped and counted, blank lines ignored.
+
+    LogError when the log cannot be read, when more lines are skipped than ``max_skipped`` (a share, see
+    :func:`allowed_skips`) allows, or when no request is left."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise LogError(f"cannot read request log {path}: {exc.strerror or exc}") from None
+    out: list[Request] = []
+    lines = skipped = 0
+    reasons: list[str] = []
+    # bytes split on \n, \r and \r\n only (a str would split on U+2028 and others, which JSON may hold unescaped),
+    # and each line decoded alone: a line cut inside a character spoils that line only
+    for n, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
-        where = f"{path}:{n}"
+        lines += 1
         try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LogError(f"{where}: not JSON ({exc.msg})") from None
-        body = _body(raw)
-        if body is None:
-            raise LogError(f"{where}: no chat body (messages), bare or under 'request' / 'body'")
-        out.append(parse(body, where, n))
-    if not out:
+            out.append(_request(line, f"{path}:{n}", n))
+        except LogError as exc:
+            skipped += 1
+            if len(reasons) < REASONS_KEPT:
+                reasons.append(str(exc))
+    log = RequestLog(tuple(out), lines, skipped, tuple(reasons))
+    if not lines:
         raise LogError(f"request log {path} has no requests")
-    return out
+    if not out:
+        raise LogError(f"request log {path} has no requests: {log.count_text(of_all=True)}: {log.first_text()}")
+    allowed = allowed_skips(lines, max_skipped)
+    if skipped > allowed:
+        raise LogError(f"request log {path}: {log.count_text(of_all=True)}, more than the {allowed} that a share of "
+                       f"{max_skipped:g} allows (max({ALWAYS_SKIPPABLE}, share × lines); none at 0): "
+                       f"{log.first_text()}")
+    return log
