@@ -309,3 +309,34 @@ def test_servers_that_fit_side_by_side_all_run_at_once(fake_bin: Path, tmp_path:
     bl = blocks(store)
     assert bl and all(len(b["arms"]) <= 4 for b in bl)
     assert "ngram-simple" in bl[0]["arms"] and "ngram-mod" in bl[0]["arms"], bl[0]
+
+
+def _differing_ngram(orig):
+    def fixed() -> dict[str, Arm]:
+        out = orig()
+        out["ngram-simple"] = replace(out["ngram-simple"], env={"FAKE_TPS": "80", "FAKE_SPEC": "1",
+                                                                "FAKE_TEXT_SUFFIX": " (another ending)"})
+        out["ngram-mod"] = replace(out["ngram-mod"], env={"FAKE_TPS": "70", "FAKE_SPEC": "1"})
+        return out
+    return fixed
+
+
+def test_a_difference_the_server_cannot_explain_is_said_and_disqualifies_under_the_default_rule(
+        fake_bin: Path, prefix: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 78: the default rule (equivalent) allows only differences explained as near-ties; the stand-in server
+    answers /apply-template, /tokenize and /completion with no JSON, so the faster arm's differing answers stay
+    unexplained (each one recorded with why), it stops at its first difference and the other arm is recommended."""
+    monkeypatch.setattr("specops.bench.arms._fixed_arms", _differing_ngram(_original_fixed()))
+    assert _cli(fake_bin, tmp_path, "--arms", "ngram-simple,ngram-mod") == 0
+    raw = json.loads((tmp_path / "assets" / "results.json").read_text())
+    assert raw["rule"] == "equivalent"
+    assert raw["recommendation"]["all"]["arm"] == "ngram-mod"
+    why = raw["recommendation"]["all"]["rejected"]["ngram-simple"]
+    assert "output differs" in why and "rule equivalent" in why and "changes or unexplained" in why, why
+    divs = raw["summary"]["ngram-simple"]["all"]["divergences"]
+    assert divs and all(d["explained"]["verdict"] == "unexplained" for d in divs)
+    assert "/apply-template: not JSON" in divs[0]["explained"]["why"]
+    assert raw["spread"] == {"nats": None, "why": "/apply-template: not JSON"}  # tried once, said why
+    md = (tmp_path / "report.md").read_text()
+    assert "output differs from plain decoding's (unexplained: /apply-template: not JSON)" in md

@@ -67,7 +67,7 @@ def test_the_role_says_what_the_table_says(s: Setting) -> None:
 def test_every_tune_variable_of_the_role_is_in_the_table() -> None:
     tune_vars = {v for v in _defaults() if v == "llama_server_tune" or v.startswith("llama_server_tune_")}
     assert tune_vars == {s.var for s in settings.own()}
-    assert len(tune_vars) == 13
+    assert len(tune_vars) == 14  # llama_server_tune_rule (issue 78)
 
 
 @pytest.mark.parametrize("s", [s for s in SETTINGS if s.owner != TUNE], ids=lambda s: s.name)
@@ -189,6 +189,7 @@ BASE: dict[str, Any] = {  # the role's defaults, a CPU host, its service not run
     "_llama_server_tune_scope": {"draft": True, "args": ["--lengths", "2,4,8,12,16"]},
     "llama_server_tune_budget": 15, "llama_server_tune_max_tokens": 96, "llama_server_tune_probe_tokens": 48,
     "llama_server_tune_limit_per_workload": 12, "llama_server_ctx_size": 4096, "llama_server_tune_tasks": [],
+    "llama_server_tune_rule": "",  # (the old template had no rule: unset, specops tune's default applies)
     "llama_server_tune_mix": {}, "llama_server_threads": None, "llama_server_parallel": 1,
     "_llama_server_tune_sha": {}, "llama_server_tune_refresh": False, "llama_server_tune_share": "kind",
     "_llama_server_check_host": "127.0.0.1", "llama_server_port": 8080, "llama_server_speed_gate_idle_timeout": 120,
@@ -308,5 +309,18 @@ def test_the_filter_writes_the_settings_words(case: str) -> None:
 
 
 def test_the_filter_refuses_a_wrong_count_in_one_line() -> None:
-    with pytest.raises(AnsibleFilterError, match=r"^specops_tune_setting_args: 1 values for 10 settings"):
+    with pytest.raises(AnsibleFilterError, match=r"^specops_tune_setting_args: 1 values for 11 settings"):
         plugin_filters("tune").specops_tune_setting_args([1], "/d")
+
+
+def test_the_output_rule_is_passed_where_the_operator_sets_it_and_the_role_defaults_to_equivalent() -> None:
+    """Issue 78 item 3: llama_server_tune_rule, one word, equivalent by default (the role's defaults file)."""
+    assert _defaults()["llama_server_tune_rule"] == "equivalent" == settings.cli_defaults()["rule"]
+    values = {**BASE, "llama_server_tune_rule": "identical"}
+    words = settings.argv([values.get(v) for v in settings.argv_vars()], "/var/lib/specops/tune-tasks")
+    i = words.index("--rule")
+    assert words[i + 1] == "identical"
+    parser = _tune_parser()
+    assert parser.parse_args(["--target", "t.gguf"]).rule == "equivalent"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--target", "t.gguf", "--rule", "same"])

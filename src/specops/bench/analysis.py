@@ -172,7 +172,10 @@ def analyse(
             else:
                 res = identity.compare(arm, ref_name, _texts_by_rep(reqs), ref_texts)
             aw.identical, aw.compared = res.identical, res.compared
-            aw.divergences = [d.to_dict() for d in res.divergences]
+            explained = {(r["task"], r["rep"]): r["difference"] for r in reqs if r.get("difference")}
+            aw.divergences = [{**d.to_dict(), **({"explained": explained[(d.task_id, d.rep)]}
+                                                  if (d.task_id, d.rep) in explained else {})}
+                              for d in res.divergences]
             rows[wl] = aw
         if rows:
             out[arm] = rows

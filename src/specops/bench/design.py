@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specops.bench import allocate, weighted
@@ -133,6 +133,7 @@ class Design:
         aa_precision: float | None = 0.025,
         identity_stop: bool = False,
         stop_on: Iterable[str] = STOPS,
+        allow_near_ties: bool = False,
         shares: Mapping[str, float] | None = None,
         whole_level: float = 0.99,
         reserve: Sequence[str] = (),
@@ -167,6 +168,8 @@ class Design:
         self.fpc = fpc
         self.aa_precision = aa_precision
         self.identity_stop = identity_stop
+        # rule 'equivalent' (issue 78): a difference explained as a near-tie does not stop an arm
+        self.allow_near_ties = allow_near_ties
         self.reference_of = {d: r for r, ds in self.references.items() for d in ds}
         # per (arm, workload): tasks whose answer differed from the reference's in the same block
         self.differs: dict[str, dict[str, set[str]]] = {}
@@ -188,9 +191,12 @@ class Design:
 
     # ---- feeding ----------------------------------------------------------------------------
     def add(self, block: Block, tps: Mapping[str, float | None],
-            texts: Mapping[str, str | None] | None = None, plain_s: float | None = None) -> None:
+            texts: Mapping[str, str | None] | None = None, plain_s: float | None = None,
+            near_ties: Collection[str] = ()) -> None:
         """Record a finished block: decode tok/s per server that ran it (None: no usable rate), for the identity
-        stop each server's answer, and the baseline's decode seconds (the whole figure weighs tasks by them)."""
+        stop each server's answer, and the baseline's decode seconds (the whole figure weighs tasks by them).
+        ``near_ties``: the arms whose answer differs from the reference's by an explained near-tie
+        (:mod:`specops.bench.explain`), which does not stop them where near-ties are allowed."""
         self.blocks = max(self.blocks, block.index + 1)
         if plain_s:
             self.plain_s.setdefault(block.workload, {}).setdefault(block.task, []).append(plain_s)
@@ -198,6 +204,8 @@ class Design:
             for arm in block.arms:
                 ref = self.reference_of.get(arm, BASELINE)
                 if arm in (BASELINE, AA) or arm not in self.status or texts.get(arm) is None:
+                    continue
+                if self.allow_near_ties and arm in near_ties:
                     continue
                 if texts.get(ref) is not None and texts[arm] != texts[ref]:
                     self.differs.setdefault(arm, {}).setdefault(block.workload, set()).add(block.task)
@@ -339,7 +347,7 @@ class Design:
             return Interval(math.exp(m), None, None, n)
         se = math.sqrt(sum(vars_)) / len(logs)
         half = t975(max(1, min(dfs))) * se
-        return Interval(math.exp(m), math.exp(m - half), math.exp(m + half), n)
+        return Interval(math.exp(m), math.exp(m - half), math.exp(m + half), n, max(1, min(dfs)))
 
     def n_tasks(self, arm: str, wl: str) -> int:
         return len(self.ratios.get(arm, {}).get(wl, {}))

@@ -7,10 +7,14 @@ token 180 (a late near-tie flip looks very different from a broken setting).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specops.outputrule import DEFAULT_RULE, IDENTITY_RULES, RULES
 from specops.textdiff import first_difference
+
+__all__ = ["DEFAULT_RULE", "IDENTITY_RULES", "RULES"]
 
 
 def first_divergence(a: str, b: str) -> int | None:
@@ -116,3 +120,73 @@ def self_consistency(arm: str, outputs: Mapping[int, Mapping[str, str]]) -> Iden
         return IdentityResult(arm, arm)
     first = outputs[reps[0]]
     return compare(arm, f"{arm} (rep {reps[0]})", {r: outputs[r] for r in reps[1:]}, first)
+
+
+# ---- the identity rules (issue 78; named in specops.outputrule) ------------------------------------------------
+NEAR_TIE, CHANGE, UNEXPLAINED = "near-tie", "change", "unexplained"
+
+
+def verdict_of(div: Mapping[str, object]) -> str:
+    """A recorded divergence's verdict: its explanation's (``explained``), else unexplained."""
+    ex = div.get("explained")
+    v = ex.get("verdict") if isinstance(ex, Mapping) else None
+    return v if v in (NEAR_TIE, CHANGE) else UNEXPLAINED
+
+
+def counts(divergences: Sequence[Mapping[str, object]]) -> dict[str, int]:
+    out = {NEAR_TIE: 0, CHANGE: 0, UNEXPLAINED: 0}
+    for d in divergences:
+        out[verdict_of(d)] += 1
+    return out
+
+
+def holds(rule: str, compared: int, identical: int, divergences: Sequence[Mapping[str, object]]) -> bool | None:
+    """Does an arm's output pass ``rule`` (None: nothing compared)? ``identical`` of ``compared`` answers were
+    byte-identical; ``divergences`` are the others, explained where the run could."""
+    if not compared:
+        return None
+    if identical >= compared or rule == "fastest":
+        return True
+    if rule == "equivalent":
+        return len(divergences) == compared - identical and all(verdict_of(d) == NEAR_TIE for d in divergences)
+    return False
+
+
+def rate_upper(x: int, n: int, level: float = 0.95) -> float:
+    """The one-sided upper confidence bound (Clopper-Pearson) on a rate after ``x`` events in ``n`` trials."""
+    if n <= 0:
+        return 1.0
+    if x >= n:
+        return 1.0
+
+    def cdf(p: float) -> float:  # P(X <= x) for Binomial(n, p)
+        return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(x + 1))
+
+    lo, hi = x / n, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if cdf(mid) > 1 - level:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def bound_line(x: int, n: int, what: str = "differences", level: float = 0.95) -> str:
+    """e.g. "0 of 24: fewer than 12% at 95%" (``what``: what the rate counts)."""
+    if not n:
+        return f"no answer checked: the rate of {what} is unknown"
+    up = rate_upper(x, n, level)
+    if up >= 0.995:
+        return f"{x} of {n} answers ({what}): too few answers to bound the rate"
+    return f"{x} of {n} answers ({what}): fewer than {math.ceil(up * 100)}% at {level:.0%}"
+
+
+def summary_line(rule: str, compared: int, divergences: Sequence[Mapping[str, object]]) -> str:
+    """What a rule found on an arm's answers, with the bound the count allows, in one line."""
+    c = counts(divergences)
+    if rule == "equivalent":
+        bad = c[CHANGE] + c[UNEXPLAINED]
+        extra = f"; {c[NEAR_TIE]} near-tie(s) allowed" if c[NEAR_TIE] else ""
+        return bound_line(bad, compared, "changes or unexplained") + extra
+    return bound_line(len(divergences), compared)

@@ -9,6 +9,7 @@ from typing import Any
 
 from specops.bench import arms as armsmod
 from specops.bench.design import Design
+from specops.bench.identity import IDENTITY_RULES
 from specops.bench.lineup import Ceiling, Lineup
 from specops.bench.report import machine_info
 from specops.bench.resolve import Inputs
@@ -22,7 +23,8 @@ def design_def(opts: BenchSettings, by_wl: dict[str, list[str]], lineup: Lineup)
         "arms": lineup.spec_arms, "tasks": by_wl, "min_tasks": None if opts.exhaustive else opts.min_tasks,
         "half_width": opts.half_width, "references": lineup.refs, "exhaustive": opts.exhaustive,
         "run_anyway": lineup.run_anyway, "fpc": opts.fixed_set, "aa_precision": opts.aa_precision,
-        "identity_stop": opts.rule == "identical" and not opts.exhaustive, "stop_on": list(opts.stop_on),
+        "identity_stop": opts.rule in IDENTITY_RULES and not opts.exhaustive, "stop_on": list(opts.stop_on),
+        "allow_near_ties": opts.rule == "equivalent",
         "shares": dict(opts.shares) if opts.shares else None, "whole_level": opts.whole_level,
         "reserve": list(opts.reserve),
     }
@@ -34,6 +36,7 @@ def design(opts: BenchSettings, inputs: Inputs, lineup: Lineup, by_wl: dict[str,
     return Design(lineup.spec_arms, by_wl, reps=inputs.reps, min_tasks=dz["min_tasks"], half_width=opts.half_width,
                   seed=opts.seed, references=lineup.refs, aa_precision=opts.aa_precision, fpc=dz["fpc"],
                   identity_stop=dz["identity_stop"], stop_on=dz["stop_on"], shares=dz["shares"],
+                  allow_near_ties=dz.get("allow_near_ties", False),
                   whole_level=dz["whole_level"], reserve=dz["reserve"])
 
 

@@ -2,8 +2,11 @@
 
 Rules:
 
-* ``identical`` (default): only arms whose output was byte-identical to their reference on every task of
-  the workload qualify; and the reference must have been identical with itself (baseline vs its A/A
+* ``equivalent`` (default): only arms whose every difference from their reference was explained as a near-tie
+  (:mod:`specops.bench.explain`: plain decoding's top two choices closer than a verifying batch moves them on this
+  host) qualify; a change or an unexplained difference disqualifies.
+* ``identical``: only arms whose output was byte-identical to their reference on every task of the workload
+  qualify. Under either rule the reference must have been identical with itself (baseline vs its A/A
   twin), otherwise identity means nothing.
 * ``fastest``: any arm qualifies; the report still shows how many outputs differ.
 
@@ -25,11 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specops.bench import identity
 from specops.bench.analysis import ALL, ArmWorkload, ref_deterministic
 from specops.bench.arms import AA, BASELINE
 from specops.bench.design import CONFIDENT, FASTER, SLOWER, rel_half_width
+from specops.bench.identity import IDENTITY_RULES
 
-RULES = ("identical", "fastest")
+RULES = identity.RULES
 
 
 @dataclass
@@ -106,10 +111,11 @@ def _qualifies(
     aw = results.get(arm, {}).get(wl)
     if aw is None or aw.speedup is None:
         return "no measurement"
-    if rule == "identical":
+    if rule in IDENTITY_RULES:
         ref = arm_defs.get(arm, {}).get("reference", BASELINE)
-        if not aw.all_identical:
-            return f"output differs from {ref} on {aw.compared - aw.identical}/{aw.compared} answers"
+        if not identity.holds(rule, aw.compared, aw.identical, aw.divergences):
+            return (f"output differs from {ref} on {aw.compared - aw.identical}/{aw.compared} answers "
+                    f"(rule {rule}: {identity.summary_line(rule, aw.compared, aw.divergences)})")
         det = ref_deterministic(results, ref, wl)
         if det is False:
             return f"reference {ref} is not deterministic with itself"
@@ -129,7 +135,7 @@ def pick(
     arm_defs: Mapping[str, Mapping[str, Any]],
     workload: str,
     workloads: list[str],
-    rule: str = "identical",
+    rule: str = identity.DEFAULT_RULE,
 ) -> Pick:
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
@@ -182,7 +188,7 @@ def recommend(
     results: Mapping[str, Mapping[str, ArmWorkload]],
     arm_defs: Mapping[str, Mapping[str, Any]],
     workloads: list[str],
-    rule: str = "identical",
+    rule: str = identity.DEFAULT_RULE,
 ) -> dict[str, Pick]:
     """A pick per workload and one for the whole mix (key ``all``), the one to deploy."""
     return {wl: pick(results, arm_defs, wl, workloads, rule) for wl in [*workloads, ALL]}

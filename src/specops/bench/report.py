@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specops.bench import identity
 from specops.bench.analysis import ALL, ArmWorkload
 from specops.bench.arms import AA, BASELINE
 from specops.bench.recommend import Pick
@@ -449,6 +450,24 @@ def _md_identity(d: _Doc) -> list[str]:
         w(f"| `{name}` | {d.arm_defs.get(name, {}).get('reference', BASELINE)} | "
           + " | ".join(_ident(row[wl]) if wl in row else "–" for wl in workloads) + f" | {where or '—'} |")
     w("")
+    # every difference from plain decoding explained, and what the rule makes of the count (issue 78)
+    judged = d.rule if d.rule in identity.IDENTITY_RULES else "identical"
+    lines = []
+    for name in d.arms:
+        aw = d.results.get(name, {}).get(ALL)
+        if aw is None or not aw.compared:
+            continue
+        lines.append(f"- `{name}` (rule {judged}): {identity.summary_line(judged, aw.compared, aw.divergences)}")
+        for dv in aw.divergences:
+            ex = dv.get("explained") or {}
+            lines.append(f"  - {ex.get('line') or str(dv['task_id']) + ': not explained (the rule does not judge it)'}")
+    if lines:
+        w("Each difference from plain decoding, with plain decoding's own log-probabilities of both tokens where "
+          "the answers part: a **near-tie** when they are closer than a verifying batch moves them on this host "
+          "(measured: the same positions scored as a batch and one token at a time), else a **change**, never "
+          "served.\n")
+        L.extend(lines)
+        w("")
     return L
 
 

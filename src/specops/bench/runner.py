@@ -33,7 +33,7 @@ import httpx
 import psutil
 
 from specops.argv import FlagError
-from specops.bench import weighted
+from specops.bench import explain, weighted
 from specops.bench.arms import Arm
 from specops.bench.ceiling import arm_n_max
 from specops.bench.design import AA, BASELINE, Block, Design, rel_half_width
@@ -394,6 +394,52 @@ class Pool:
             self.stop(name)
 
 
+SPREAD_FILE = "spread.json"
+
+
+class Explainer:
+    """A block's answers that differ from plain decoding's, explained on the block's plain server (issue 78,
+    :mod:`specops.bench.explain`) before the design judges identity: the host's batch spread is measured once per
+    run, at the first difference (on that task's plain answer and the two plain answers before it), and kept in
+    ``spread.json``; a resumed run reads it back."""
+
+    def __init__(self, store: ResultStore, references: Mapping[str, str]) -> None:
+        self.store = store
+        self.references = references
+        self.recent: list[tuple[list[dict[str, str]], str]] = []  # the last plain answers (messages, text)
+        saved = store.load_json(SPREAD_FILE)
+        self.spread = explain.Spread.from_dict(saved) if saved and saved.get("nats") is not None else None
+        self.tried = saved is not None
+
+    def _spread(self, scorer: explain.Scorer) -> explain.Spread | None:
+        if not self.tried:
+            self.tried = True
+            try:
+                self.spread = explain.batch_spread(scorer, self.recent[-3:][::-1])
+                self.store.save_json(SPREAD_FILE, self.spread.to_dict())
+            except explain.ExplainError as exc:
+                self.store.save_json(SPREAD_FILE, {"nats": None, "why": str(exc)})
+        return self.spread
+
+    def block(self, pool: Pool, task: Task, results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """``{arm: explained difference}`` for the arms whose answer differs from plain decoding's in this block."""
+        plain = results.get(BASELINE) or {}
+        if "error" in plain or BASELINE not in pool.loaded or not isinstance(plain.get("text"), str):
+            return {}
+        self.recent = [*self.recent[-2:], (task.chat_messages(), plain["text"])]
+        out: dict[str, dict[str, Any]] = {}
+        for name, res in results.items():
+            if name in (BASELINE, AA) or "error" in res or self.references.get(name, BASELINE) != BASELINE:
+                continue
+            if res.get("text") is None or res["text"] == plain["text"]:
+                continue
+            scorer = explain.Scorer(pool.loaded[BASELINE].http)
+            spread = self._spread(scorer)
+            out[name] = explain.explain(scorer, task.id, task.chat_messages(), plain["text"], res["text"],
+                                        spread).to_dict()
+        return out
+
+
 def _failed(pool: Pool, name: str, task: Task, exc: BaseException) -> dict[str, Any]:
     srv = pool.loaded[name]
     code = srv.exit_code()
@@ -436,6 +482,11 @@ def run_block(pool: Pool, order: list[str], task: Task, cfg: BenchConfig, seed: 
     return results
 
 
+def near_ties(results: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """The arms of a block whose difference from plain decoding was explained as a near-tie."""
+    return {a for a, r in results.items() if (r.get("difference") or {}).get("verdict") == explain.NEAR_TIE}
+
+
 def replay(design: Design, store: ResultStore) -> tuple[int, float]:
     """Feed the blocks of an interrupted run back into the design; returns (repetition, seconds used)."""
     rep, used = 0, 0.0
@@ -446,7 +497,7 @@ def replay(design: Design, store: ResultStore) -> tuple[int, float]:
         b = Block(rec["index"], rec["rep"], rec["workload"], rec["task"], tuple(rec["arms"]))
         design.add(b, {a: r.get("decode_tps") for a, r in rec["results"].items()},
                    {a: r.get("text") for a, r in rec["results"].items() if "error" not in r},
-                   weighted.request_seconds(rec["results"].get(BASELINE)))
+                   weighted.request_seconds(rec["results"].get(BASELINE)), near_ties(rec["results"]))
         rep = max(rep, b.rep)
         used = max(used, float(rec.get("elapsed_s", 0.0)))
     return rep, used
@@ -459,6 +510,8 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
     t0 = clock() - used
     pool = Pool(cfg, arms, store, progress)
     per_request: list[float] = []
+    # differences explained where the rule judges identity (not under 'fastest', nor with imposed acceptance)
+    explainer = Explainer(store, design.reference_of) if design.identity_stop and not cfg.synth_rates else None
     ended = "done"
     recycled = -1
     try:
@@ -498,6 +551,9 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
                 t_block = clock()
                 results = run_block(pool, design.shuffled(block), task, cfg, seed=block.index)
                 per_request.append((clock() - t_block) / len(block.arms))
+                if explainer is not None:
+                    for name, diff in explainer.block(pool, task, results).items():
+                        results[name]["difference"] = diff
                 for name, res in results.items():
                     if "error" in res:
                         design.fail(name, res["error"])
@@ -506,7 +562,7 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
                         progress.note(f"  {name} failed and is left out: {res['error']}")
                 tps = {a: (r.get("decode_tps") if "error" not in r else None) for a, r in results.items()}
                 design.add(block, tps, {a: r.get("text") for a, r in results.items() if "error" not in r},
-                           weighted.request_seconds(results.get(BASELINE)))
+                           weighted.request_seconds(results.get(BASELINE)), near_ties(results))
                 elapsed = clock() - t0
                 store.append("blocks.jsonl", {
                     "index": block.index, "rep": rep, "workload": block.workload, "task": block.task,

@@ -9,6 +9,7 @@ from pathlib import Path
 from specops.bench import arms as armsmod
 from specops.bench import ceiling as ceil
 from specops.bench.design import STOPS
+from specops.bench.identity import DEFAULT_RULE
 from specops.bench.inventory import DEFAULT_VARS_FILE
 from specops.fetch import catalog
 from specops.paths import cache_dir
@@ -91,7 +92,7 @@ class BenchSettings:
     reference_run: Path | None = None
     quiet: bool = False
     # recommendation
-    rule: str = "identical"
+    rule: str = DEFAULT_RULE
     vars_file: Path = DEFAULT_VARS_FILE
     no_vars: bool = False
 

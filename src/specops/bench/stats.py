@@ -193,6 +193,10 @@ class Interval:
     low: float | None
     high: float | None
     n: int
+    # the degrees of freedom and level of the t quantile that made it (None: n - 1 and 95%); the tune works the
+    # tasks' spread back out of the interval with them (specops.tune.decide.spread)
+    df: int | None = None
+    level: float | None = None
 
     @property
     def has_ci(self) -> bool:

@@ -12,8 +12,10 @@ from specops.bench import report
 from specops.bench.analysis import ALL, ArmWorkload, analyse, replay_design
 from specops.bench.arms import BASELINE
 from specops.bench.design import STOPS, Design
+from specops.bench.identity import DEFAULT_RULE
 from specops.bench.inventory import header_for, inventory_vars, latest_saturation, write_vars
 from specops.bench.recommend import Gate, Pick, recommend
+from specops.bench.runner import SPREAD_FILE
 from specops.bench.store import ResultStore
 
 
@@ -35,6 +37,7 @@ def design_of(plan: dict[str, Any]) -> Design:
                   half_width=dz["half_width"], seed=plan["seed"], references=dz.get("references"),
                   fpc=dz.get("fpc", False), aa_precision=dz.get("aa_precision"),
                   identity_stop=dz.get("identity_stop", False), stop_on=dz.get("stop_on", STOPS),
+                  allow_near_ties=dz.get("allow_near_ties", False),
                   shares=dz.get("shares"), whole_level=dz.get("whole_level", 0.99), reserve=dz.get("reserve", ()))
 
 
@@ -82,7 +85,7 @@ def build(
     store: ResultStore,
     report_path: Path,
     assets_dir: Path,
-    rule: str = "identical",
+    rule: str = DEFAULT_RULE,
     vars_file: Path | None = None,
     reference: Path | None = None,
 ) -> Outcome:
@@ -118,6 +121,7 @@ def build(
         "servers": list(store.read("servers.jsonl")),
         "blocks": list(store.read("blocks.jsonl")),
         "rss": store.load_json("rss.json"),
+        "spread": store.load_json(SPREAD_FILE),  # the host's batch spread, where a difference needed it (issue 78)
     }
     raw_path = assets_dir / "results.json"
     raw_path.write_text(json.dumps(raw, indent=1, ensure_ascii=False, default=str) + "\n")

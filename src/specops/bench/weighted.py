@@ -123,9 +123,9 @@ def terms(times: Mapping[str, Sequence[tuple[float, float]]], shares: Mapping[st
 
 def _interval(est: float, var: float, df: int, n: int, level: float) -> Interval:
     if var <= 0:
-        return Interval(est, est, est, n)
+        return Interval(est, est, est, n, df, level)
     half = t_quantile(level, df) * math.sqrt(var)
-    return Interval(est, est * math.exp(-half), est * math.exp(half), n)
+    return Interval(est, est * math.exp(-half), est * math.exp(half), n, df, level)
 
 
 def pooled_variance(t: Terms) -> float | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from specops.bench import arms as armsmod
 from specops.bench import session
+from specops.bench.identity import RULES
 from specops.bench.inventory import ApplyError, apply
 from specops.bench.runner import BenchError, Progress, parse_rates
 from specops.bench.settings import DEFAULT_DRAFT, DEFAULT_TARGET, BenchSettings, default_model
@@ -200,7 +201,9 @@ def _result_args(p: argparse.ArgumentParser) -> None:
 def _recommendation_args(p: argparse.ArgumentParser) -> None:
     """The "recommendation" group of options."""
     g = p.add_argument_group("recommendation")
-    g.add_argument("--rule", choices=("identical", "fastest"), default=D.rule)
+    g.add_argument("--rule", choices=RULES, default=D.rule,
+                   help="equivalent (default): differences allowed only where explained as near-ties; identical: "
+                        "byte for byte; fastest: output not judged")
     g.add_argument("--vars-file", type=Path, default=D.vars_file)
     g.add_argument("--no-vars", action="store_true", help="do not write inventory variables")
     g.add_argument("--apply", action="store_true", help="re-deploy the service with the recommendation")

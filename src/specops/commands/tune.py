@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from specops import kinds
+from specops.bench.identity import RULES
 from specops.commands.bench import rates_arg
 from specops.paths import INSTALL_PREFIX, write_whole
 from specops.tune import leash, pipeline, prepare, progress, record
@@ -105,8 +106,11 @@ def _rest_args(p: argparse.ArgumentParser) -> None:
                    help=f"tokens per measured request (default {D['max_tokens']})")
     p.add_argument("--threads", type=int, default=D["threads"], help="server threads (default: llama.cpp's)")
     p.add_argument("--ctx-size", type=int, default=D["ctx_size"], help="the servers' context (default %(default)s)")
-    p.add_argument("--rule", choices=("identical", "fastest"), default="identical",
-                   help="identical (default): only a candidate whose output matched plain decoding may win")
+    p.add_argument("--rule", choices=RULES, default=D["rule"],
+                   help="equivalent (default): a candidate may win whose answers match plain decoding's except for "
+                        "near-ties (plain decoding's top two choices closer than a verifying batch moves them on this "
+                        "host, measured; each one quoted); identical: only one whose answers matched byte for byte; "
+                        "fastest: output not judged. A change (plain decoding's choice was clear) is never served")
     p.add_argument("--ceiling-depth", type=int, default=256,
                    help="context depth of llama-bench's batches (default 256; the probes' own depth is ~100: see "
                         "docs/measurements.md, 2026-11-27, for what either does to the fitted overheads)")

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specops import kinds
+from specops.bench import identity as ident
 from specops.bench.arms import BASELINE
 from specops.bench.stats import Interval
 from specops.tune import decide, evidence, mix
@@ -25,12 +26,33 @@ from specops.tune.predict import Shortlist
 from specops.tune.state import Setup, TuneError
 
 
-def identity(results: dict[str, Any], names: list[str]) -> dict[str, bool | None]:
-    """Per candidate: its output identical to plain decoding's on every compared request (None: not judged)."""
+def identity(results: dict[str, Any], names: list[str], rule: str = "identical") -> dict[str, bool | None]:
+    """Per candidate: does its output pass ``rule`` against plain decoding's on every compared request (identical:
+    byte for byte; equivalent: every difference explained as a near-tie)? None: not judged."""
     out: dict[str, bool | None] = {}
     for n in names:
         aw = (results.get("summary", {}).get(n) or {}).get("all") or {}
-        out[n] = (aw.get("identical") == aw.get("compared")) if aw.get("compared") else None
+        out[n] = ident.holds(rule if rule in ident.IDENTITY_RULES else "identical", int(aw.get("compared") or 0),
+                             int(aw.get("identical") or 0), aw.get("divergences") or [])
+    return out
+
+
+def differences(results: dict[str, Any] | None, names: list[str], rule: str) -> dict[str, dict[str, Any]]:
+    """Per measured candidate, what the identity check found (issue 78): the answers checked, the rule's line with
+    the bound on the rate it allows, and every difference from plain decoding explained in one line."""
+    out: dict[str, dict[str, Any]] = {}
+    for n in names:
+        aw = (((results or {}).get("summary") or {}).get(n) or {}).get("all") or {}
+        compared, divs = int(aw.get("compared") or 0), aw.get("divergences") or []
+        if not compared:
+            continue
+        lines = [(d.get("explained") or {}).get("line") or
+                 f"{d.get('task_id')}: output differs from plain decoding's at byte {d.get('byte_pos')} "
+                 "(unexplained: no explanation recorded)" for d in divs]
+        out[n] = {"checked": compared, "counts": ident.counts(divs),
+                  "holds": ident.holds(rule, compared, int(aw.get("identical") or 0), divs)
+                  if rule in ident.IDENTITY_RULES else None,
+                  "bound": ident.summary_line(rule, compared, divs), "differences": lines}
     return out
 
 
@@ -41,11 +63,11 @@ def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, short
     in the same blocks, with intervals for the mean speedup; the choice from the shortlist, and per workload what it
     would prefer. ``planned_shares``: the shares the measurement planned by and how they were formed
     (:func:`planned`; none: --mix, else the task set's shares from the measurement's plan)."""
-    need = args.rule == "identical"
+    need = args.rule in ident.IDENTITY_RULES
     if results is None or not results.get("blocks"):
         return [], decide.choose([], need), {}
     blocks = evidence.Blocks(results["blocks"])
-    identical = identity(results, names)
+    identical = identity(results, names, args.rule)
     weights, how = planned_shares
     if args.mix:
         weights, how = args.mix, mix.describe(args.mix)

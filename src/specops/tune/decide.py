@@ -6,9 +6,9 @@
    type or llama.cpp's ``default`` from its own probe's counters.
 2. **Shortlist** the best few whose prediction clears plain decoding by a margin; a candidate that cannot be
    predicted (no probe) is measured only if room is left.
-3. **Choose** from the side-by-side measurement against plain decoding: the fastest candidate whose interval lies
-   wholly above 1 (and, under the identity rule, whose output was identical to plain decoding's), else plain
-   decoding; the runner-up is kept for the record.
+3. **Choose** from the side-by-side measurement against plain decoding: the cheapest deployable candidate the
+   paired ratios (in the same blocks) cannot tell slower than the fastest (and, under the identity rule, whose output
+   was identical to plain decoding's), else plain decoding; the runner-up is kept for the record.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from specops.bench.costmodel import (
     survival,
 )
 from specops.bench.design import deployable
-from specops.bench.stats import Interval, t975
+from specops.bench.stats import Interval, t975, t_quantile
 from specops.kinds import PLAIN
 
 
@@ -138,19 +138,53 @@ class Measured:
     identical: bool | None = None  # output identical to plain decoding's on every request (None: not judged)
 
 
-def tasks_to_settle(iv: Interval, margin: float, most: int = 500) -> int | None:
-    """The tasks an undecided figure like ``iv`` would need to settle if its estimate and the tasks' spread held as
-    measured: its 95% half-width on the log scale, t(n-1)·s/√n, below the distance to 1 (confidently faster) or to
-    1 + ``margin`` (confidently unable to gain it), whichever comes first (at least half of log(1 + margin) away:
-    every estimate settles at some size). None: no interval (fewer than two tasks), or not within ``most`` tasks."""
-    if not iv.has_ci or iv.n < 2 or iv.estimate <= 0:
+def interval_df(iv: Interval) -> int:
+    """The degrees of freedom of the t quantile that built ``iv``: its own where the builder records them (``df``: a
+    mix's n − K or Welch–Satterthwaite's, :mod:`specops.bench.weighted`), else n − 1 (a t-interval on the per-task log
+    ratios, :func:`specops.bench.stats.geomean_ratio_ci`)."""
+    df = iv.df
+    return int(df) if df is not None else iv.n - 1
+
+
+def interval_level(iv: Interval) -> float:
+    """The confidence level that built ``iv``: its own where the builder records it (``level``), else 95%."""
+    level = iv.level
+    return float(level) if level is not None else 0.95
+
+
+def spread(iv: Interval, df: int | None = None, level: float | None = None) -> float | None:
+    """The per-task spread s on the log scale that ``iv`` was built from: its half-width is t·s/√n, t the two-sided
+    ``level`` quantile at ``df`` degrees of freedom, so s is worked back out with **the same** t (``df``, ``level``:
+    the builder's, :func:`interval_df` and :func:`interval_level` by default). For a mix's interval s² is n·Var(log S)
+    (the pooled s²_p where the shares follow the task counts). None: no interval or no degrees of freedom."""
+    dof = interval_df(iv) if df is None else df
+    if not iv.has_ci or iv.n < 1 or dof < 1 or iv.low is None or iv.high is None or iv.low <= 0:
         return None
-    assert iv.low is not None and iv.high is not None
-    s = (math.log(iv.high) - math.log(iv.low)) / 2 * math.sqrt(iv.n) / t975(iv.n - 1)  # the per-task spread
+    half = (math.log(iv.high) - math.log(iv.low)) / 2
+    return half * math.sqrt(iv.n) / t_quantile(interval_level(iv) if level is None else level, dof)
+
+
+def tasks_to_settle(iv: Interval, margin: float, most: int = 500, df: int | None = None,
+                    level: float | None = None) -> int | None:
+    """The tasks an undecided figure like ``iv`` would need to settle if its estimate and the tasks' spread held as
+    measured: its 95% half-width on the log scale, t·s/√n, below the distance to 1 (confidently faster) or to
+    1 + ``margin`` (confidently unable to gain it), whichever comes first (at least half of log(1 + margin) away:
+    every estimate settles at some size). The spread s is worked back out of ``iv`` with the quantile that built it
+    (:func:`spread`: ``df`` and ``level``, the builder's by default; issue 79 item 5: a mix's interval at n − K
+    degrees of freedom read back at n − 1 overstated s, and the tasks it needed), and n tasks ahead carry as many
+    degrees of freedom fewer than n as ``iv``'s do (n − 1, or a mix's n − K). The projection is at 95%, the level the
+    choice reads. None: no interval (fewer than two tasks), or not within ``most`` tasks."""
+    dof = interval_df(iv) if df is None else df
+    if not iv.has_ci or iv.n < 2 or iv.estimate <= 0 or dof < 1:
+        return None
+    s = spread(iv, dof, level)
+    if s is None:
+        return None
     gap = max(math.log(iv.estimate), math.log(1 + margin) - math.log(iv.estimate))
     if gap <= 0:
         return None
-    return next((n for n in range(max(2, iv.n), most + 1) if t975(n - 1) * s / math.sqrt(n) < gap), None)
+    lost = iv.n - dof  # the degrees of freedom the builder spends besides the tasks (1, or K for a mix)
+    return next((n for n in range(max(2, iv.n, lost + 1), most + 1) if t975(n - lost) * s / math.sqrt(n) < gap), None)
 
 
 @dataclass(frozen=True)
@@ -159,7 +193,7 @@ class Choice:
     runner_up: str | None
     reason: str
     figures: Mapping[str, str]
-    tie: tuple[str, ...] = ()  # what the best's interval cannot be told from (plain included), cheapest first
+    tie: tuple[str, ...] = ()  # what the data cannot tell slower than the best (plain included), cheapest first
     settled: bool = True  # False: undecided (plain decoding served, the figures could not settle it)
     paired: str | None = None  # the chosen ÷ the runner-up, paired in the same blocks
     left_out: tuple[str, ...] = ()  # measured but out of the decision, one line each
@@ -208,6 +242,50 @@ def _usable(measured: Sequence[Measured], need_identical: bool) -> tuple[list[Me
     return usable, left
 
 
+@dataclass(frozen=True)
+class _Tie:
+    """The best of a pool and what the data cannot tell from it, cheapest first; the lines that say who the paired
+    ratio kept out, and the members judged without one (by their intervals against plain decoding)."""
+
+    best: Measured
+    members: tuple[Measured, ...]
+    out: tuple[str, ...] = ()
+    unpaired: tuple[str, ...] = ()
+
+
+def _tie(pool: Sequence[Measured], paired: Callable[[str, str], Interval | None] | None) -> _Tie:
+    """The fastest of ``pool`` and its tie: each other candidate m whose paired ratio m ÷ best (same blocks) does not
+    lie wholly below 1, or, where the two never shared a block (no paired interval), whose interval against plain
+    decoding overlaps the best's."""
+    best = max(pool, key=lambda m: m.speedup.estimate)
+    members: list[Measured] = []
+    out: list[str] = []
+    unpaired: list[str] = []
+    for m in pool:
+        if m is best:
+            members.append(m)
+            continue
+        pair = paired(m.name, best.name) if paired else None
+        if pair is not None and pair.has_ci:
+            if pair.significantly_below(1.0):
+                out.append(f"{m.name} out of the tie: {m.name} ÷ {best.name} = {pair.fmt()} paired in the same blocks")
+            else:
+                members.append(m)
+        elif overlaps(m.speedup, best.speedup):
+            members.append(m)
+            unpaired.append(m.name)
+    members.sort(key=lambda m: (kinds.tie_rank(m.name), -m.speedup.estimate))
+    return _Tie(best, tuple(members), tuple(out), tuple(unpaired))
+
+
+def _unpaired_words(t: _Tie) -> str:
+    """The tie members judged without a paired ratio (never in a block with the best), for the reason."""
+    if not t.unpaired:
+        return ""
+    return (f"{', '.join(t.unpaired)} in the tie by {'its' if len(t.unpaired) == 1 else 'their'} interval against "
+            f"plain decoding overlapping {t.best.name}'s (no paired ratio with it in the same blocks)")
+
+
 def choose(measured: Sequence[Measured], need_identical: bool = True, margin: float = 0.05,
            paired: Callable[[str, str], Interval | None] | None = None, left_out: Sequence[str] = ()) -> Choice:
     """The decision, with ties said and broken toward the cheaper profile: **one rule** for every tie member.
@@ -216,14 +294,22 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     wholly below 1 + ``margin`` (it may gain what deploying it is worth: a figure confidently under that is the bench's
     *no gain*, the tune's futility stop; two runs of the same tune otherwise chose a 1.03x [1.01, 1.05] in one and
     plain decoding for a 1.00x [0.96, 1.05] in the next). The best is the fastest usable candidate (an interval,
-    identical output under the identity rule); its **tie** is every usable candidate whose interval overlaps the
-    best's. The cheapest deployable tie member (``kinds.tie_rank``) is served, whether or not the best itself is
+    identical output under the identity rule); its **tie** is every usable candidate the data cannot tell slower than
+    the best: its **paired** ratio to the best, ``paired(m, best)`` (m ÷ best in the same blocks, issue 79 item 2),
+    does not lie wholly below 1; where the two never shared a block (no paired interval) its interval against plain
+    decoding overlaps the best's, and the reason says so. Two intervals against plain decoding both carry the tasks'
+    spread and plain decoding's noise, which the paired ratio cancels: ngram-mod 1.08× beside n8 1.30× on the same 12
+    tasks overlapped, and ngram-mod was served in 22% of runs while n8 ÷ ngram-mod lay wholly above 1 in every one.
+    The cheapest deployable tie member (``kinds.tie_rank``) is served, whether or not the best itself is
     deployable (ngram-mod [1.05, 1.15] beside a wide n8 1.20 [0.97, 1.48]: ngram-mod) and never one that is not
-    (ngram-mod 1.02 [1.01, 1.04] beside n8 [1.03, 1.17]: n8). With no deployable tie member plain decoding is served
-    (plain decoding in the tie): *settled* when the best cannot gain ``margin`` (its interval lies below 1 + margin)
-    and *undecided* otherwise. ``paired(a, b)``: a ÷ b in the same blocks, for the record (the chosen against the
-    runner-up). ``left_out``: what could not be compared at all (never in a block with plain decoding), one line
-    each, kept in the record."""
+    (ngram-mod 1.02 [1.01, 1.04] beside n8 [1.03, 1.17]: n8). Where the tie has no deployable member but a candidate
+    the paired ratio kept out of it is deployable (confidently faster than plain decoding, the best paired faster
+    still but not confidently faster than plain decoding itself), the rule is read again without the best's tie:
+    the cheapest deployable member of the next best's tie is served, never plain decoding while a candidate is
+    deployable. With no deployable candidate plain decoding is served (plain decoding in the tie): *settled* when the
+    best cannot gain ``margin`` (its interval lies below 1 + margin) and *undecided* otherwise. The record keeps
+    ``paired`` of the chosen against the runner-up. ``left_out``: what could not be compared at all (never in a block
+    with plain decoding), one line each, kept in the record."""
     figures = {m.name: m.speedup.fmt() for m in measured}
     usable, left = _usable(measured, need_identical)
     left = [*left_out, *left]
@@ -231,34 +317,51 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
         why = "; ".join(left) or "nothing measured"
         return Choice(PLAIN, None, f"no candidate could be compared with plain decoding: {why}", figures,
                       settled=not measured, left_out=tuple(left))
-    best = max(usable, key=lambda m: m.speedup.estimate)
-    tie = [m for m in usable if overlaps(m.speedup, best.speedup)]
-    tie.sort(key=lambda m: (kinds.tie_rank(m.name), -m.speedup.estimate))
+    first = _tie(usable, paired)
+    best = first.best
+    ties = [first]
+    while not any(deployable(m.speedup, margin) for m in ties[-1].members):
+        rest = [m for m in usable if all(m not in t.members for t in ties)]
+        if not any(deployable(m.speedup, margin) for m in rest):
+            break
+        ties.append(_tie(rest, paired))
+    tie = list(ties[-1].members)
     names = tuple(m.name for m in tie)
-    span = f"{min(float(m.speedup.low or 0) for m in tie):.2f}–{max(float(m.speedup.high or 0) for m in tie):.2f}×"
     small = best.speedup.significantly_below(1.0 + margin)  # confidently under what deploying it is worth
     eligible = [m for m in tie if deployable(m.speedup, margin)]
     if not eligible:
         settled = small
-        others = [m for m in usable if m is not best]
-        runner = max(others, key=lambda m: m.speedup.estimate).name if others else None
         word = ("nothing pays: the best candidate cannot gain " + f"{margin:.0%}" if settled
                 else "undecided: the intervals reach both sides of plain decoding; plain decoding is served until a "
                      "longer measurement settles it")
+        how = "; ".join(w for w in (*first.out, _unpaired_words(first)) if w)
         return Choice(PLAIN, best.name, f"{word} (best {best.name} {best.speedup.fmt()} against plain decoding, "
-                                        f"{best.speedup.n} tasks)",
+                                        f"{best.speedup.n} tasks)" + (f"; {how}" if how else ""),
                       figures, (PLAIN, *names), settled, None, tuple(left))
     chosen = eligible[0]
+    lead = ties[-1].best
     rest = [m for m in tie if m is not chosen] or [m for m in usable if m is not chosen]
     runner = max(rest, key=lambda m: m.speedup.estimate).name if rest else None
     reason = f"{chosen.name} {chosen.speedup.fmt()} against plain decoding, {chosen.speedup.n} tasks"
+    if len(ties) > 1:
+        above = ", ".join(m.name for t in ties[:-1] for m in t.members)
+        reason += (f"; no member of {best.name}'s tie ({above}) is confidently faster than plain decoding by what "
+                   f"may pay: {lead.name}'s tie, paired slower than {best.name} yet confidently faster than plain "
+                   "decoding, is served")
     if len(tie) > 1:
+        span = f"{min(float(m.speedup.low or 0) for m in tie):.2f}–{max(float(m.speedup.high or 0) for m in tie):.2f}×"
         unproven = [m.name for m in tie if m not in eligible]
-        reason += (f"; {', '.join(names)} tie at {span} (their intervals overlap the best's, {best.name} "
-                   f"{best.speedup.fmt()}): {chosen.name} chosen, the cheapest"
+        judged = (f"their intervals against plain decoding overlap the best's, {lead.name} {lead.speedup.fmt()}"
+                  if len(ties[-1].unpaired) == len(tie) - 1 else
+                  f"none is confidently slower than the best, {lead.name} {lead.speedup.fmt()}, paired in the same "
+                  "blocks")
+        reason += (f"; {', '.join(names)} tie at {span} ({judged}): {chosen.name} chosen, the cheapest"
                    + (" confidently faster than plain decoding by what may pay" if unproven else "")
                    + (f" ({', '.join(unproven)} not: not confidently faster, or confidently under 1 + {margin:.0%})"
                       if unproven else ""))
+    how = "; ".join(w for t in ties for w in (*t.out, _unpaired_words(t)) if w)
+    if how:
+        reason += f"; {how}"
     pair = paired(chosen.name, runner) if paired and runner else None
     pair_text = f"{chosen.name} ÷ {runner} = {pair.fmt()} paired in the same blocks" if pair else None
     return Choice(chosen.name, runner, reason, figures, names, True, pair_text, tuple(left))

@@ -14,6 +14,7 @@ speculative choice loses or cannot prove it (:func:`disputed`), the host tunes f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,6 +106,27 @@ def apply(result: Mapping[str, Any], spec_type: object, draft_n_max: object) -> 
     if not chosen:
         raise ValueError("the tune's record names no choice")
     head = f"tune ({result.get('when', '?')}{minutes(result)}{shared_from(result)}): "
+    applied = _apply(result, chosen, head, spec_type, draft_n_max)
+    return dataclasses.replace(applied, message=applied.message + identity_text(result))
+
+
+def identity_text(result: Mapping[str, Any]) -> str:
+    """What the identity check found, for the deploy's line (issue 78): per measured candidate the answers checked
+    and the bound on the rate of differences the rule allows, then every difference explained ('' for a record
+    without the check)."""
+    ident = result.get("identity") or {}
+    cands = ident.get("candidates") or {}
+    if not cands:
+        return ""
+    parts = [f"{name}: {c.get('bound')}" for name, c in cands.items()]
+    diffs = [f"{name} on {line}" for name, c in cands.items() for line in c.get("differences") or ()]
+    text = f". Output against plain decoding (rule {ident.get('rule')}): " + "; ".join(parts)
+    if diffs:
+        text += ". Differences: " + " | ".join(diffs)
+    return text
+
+
+def _apply(result: Mapping[str, Any], chosen: str, head: str, spec_type: object, draft_n_max: object) -> Applied:
     if chosen == PLAIN:
         pays = (f"no candidate pays here ({result.get('reason', '')})" if result.get("settled", True) is not False
                 else f"the tune is undecided ({result.get('reason', '')}), so plain decoding until a longer tune "
@@ -209,4 +231,7 @@ def summary(result: Mapping[str, Any], applied: Applied, reused: bool) -> dict[s
                         "verdict": c.get("verdict")} for c in result.get("candidates") or ()],
         # the cost model for the chosen profile, priced again by the exporter on the live traffic (None: plain)
         "live_model": result.get("live_model") if chosen != PLAIN else None,
+        # the identity check: the rule, the host's batch spread, per candidate the answers checked and each
+        # difference explained (issue 78)
+        "identity": result.get("identity"),
     }

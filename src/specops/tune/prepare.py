@@ -52,7 +52,7 @@ def _check_settings(args: argparse.Namespace) -> None:
     if args.budget <= 0 or (args.top is not None and args.top < 1) or args.probe_tasks < 1 \
             or args.probe_tokens < 8 or args.max_tokens < 8:
         raise TuneError("--budget must be > 0, --top and --probe-tasks >= 1, --probe-tokens and --max-tokens >= 8")
-    if args.synth_rates and args.rule == "identical":
+    if args.synth_rates and args.rule != "fastest":
         raise TuneError("--synth-rates imposes acceptance, so the output is not the target's: the identity rule "
                         "would refuse every candidate; add --rule fastest")
 

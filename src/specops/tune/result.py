@@ -18,7 +18,7 @@ from specops.bench.arms import BASELINE, EXACT_CACHE, PLAIN_UNIT, plain_descript
 from specops.bench.costmodel import Overheads, StepCosts
 from specops.knobs import knob
 from specops.tune import decide, live, mix, probes, record, streams, windows
-from specops.tune.choose import best_measured
+from specops.tune.choose import best_measured, differences
 from specops.tune.predict import Shortlist
 from specops.tune.state import Setup
 
@@ -118,6 +118,9 @@ def result(s: Setup, args: argparse.Namespace, f: Found) -> dict[str, Any]:
         "kind": record.kind(s.facts, args),  # what another host must share to reuse this record (--shared)
         "retuned_because": list(f.retuned),
         "plan": plan_record(f.bench, s.shares), "live_model": f.live_model,
+        # every measured candidate's answers against plain decoding's, each difference explained (issue 78)
+        "identity": {"rule": args.rule, "spread": (f.bench or {}).get("spread"),
+                     "candidates": differences(f.bench, [m.name for m in measured], args.rule)},
     }
     if args.parallel > 1:
         streams_figures(out, args, f.at_n)

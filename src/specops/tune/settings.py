@@ -15,8 +15,8 @@ default, range or choices, and one line of documentation. Everything else derive
 Three settings the tune takes are llama-server's (the context, the threads, the slots): their role variables,
 types and defaults are the knob table's (:mod:`specops.knobs`), read from there. One is the speed gate's
 (``llama_server_speed_gate_idle_timeout``), declared by hand in the role: tests/unit/test_tune_settings.py holds
-its default equal to this table's. This module imports nothing but the knob table: the filter plugins, the
-preflight and the tune on the host all read it.
+its default equal to this table's. This module imports nothing but the knob table and the output rules
+(:mod:`specops.outputrule`): the filter plugins, the preflight and the tune on the host all read it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specops.knobs import knob
+from specops.outputrule import DEFAULT_RULE, RULES
 
 # Whose the role variable is (Setting.owner)
 TUNE = "tune"  # declared here: the role's default and argument specs are written from this table
@@ -108,7 +109,7 @@ SETTINGS: tuple[Setting, ...] = (
             "n-gram type, llama.cpp's default; specops.kinds) and llama_server_draft_n_max null (the length among "
             "llama_server_tune_lengths; with draft-simple, draft-eagle3 or draft-mtp set, that kind's length only). "
             "It prices every candidate (llama-bench, short probes), measures the best few side by side against "
-            "plain decoding with identical output, and renders the winner into the "
+            "plain decoding with the same output (llama_server_tune_rule), and renders the winner into the "
             "unit; plain decoding as its answer is served directly (spec type none, one restart, nothing for the "
             "speed gate to judge) unless the inventory set the kind, which then stays for the speed gate to judge. "
             "Its result (llama_server_state_dir/tune.json, summarised in speed-gate.json) is reused until the "
@@ -130,6 +131,11 @@ SETTINGS: tuple[Setting, ...] = (
             "(the standard set holds 6 code tasks and 12-15 of the others); the budget may end it sooner, and a "
             "candidate that cannot pay on a workload stops there after 3", "--limit-per-workload", VALUE,
             default=12, low=1),
+    Setting("tune_rule", "str", "What the tune requires of a candidate's output against plain decoding's. "
+            "equivalent: the same answers except near-ties, each one quoted (plain decoding's top two choices closer "
+            "than a verifying batch moves them on this host, measured there); identical: byte for byte on every "
+            "answer checked; fastest: output not judged (benchmarking only). A change (plain decoding's choice was "
+            "clear) is never served", "--rule", IF_SET, default=DEFAULT_RULE, choices=RULES),
     Setting("tune_refresh", "bool", "Tune again although the host's last result (llama_server_state_dir/tune.json) "
             "still applies", default=False),
     Setting("tune_tasks", "list", "Task files on the controller the tune measures on (the bench's JSONL format: chat "

@@ -79,7 +79,7 @@ def at_n(s: Setup, args: argparse.Namespace, choice: decide.Choice, measured: li
                               "one stream"]
     s.meter.update("streams", f"{name} and plain decoding, {n} streams each, {plan.blocks} blocks", s.left())
     at = streams.measure(s.cfg, name, n, plan, s.work / f"streams-n{n}")
-    stands, settled, why = streams.verdict(at, args.margin, args.rule == "identical")
+    stands, settled, why = streams.verdict(at, args.margin, args.rule != "fastest")
     if stands == (choice.chosen == name):  # the one-stream choice holds at N
         return at, dataclasses.replace(choice, reason=f"{choice.reason}; at {n} streams: {why}"), said
     if stands:
