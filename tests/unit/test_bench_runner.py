@@ -340,3 +340,20 @@ def test_a_difference_the_server_cannot_explain_is_said_and_disqualifies_under_t
     assert raw["spread"] == {"nats": None, "why": "/apply-template: not JSON"}  # tried once, said why
     md = (tmp_path / "report.md").read_text()
     assert "output differs from plain decoding's (unexplained: /apply-template: not JSON)" in md
+
+
+def test_identity_is_checked_on_more_answers_than_the_speed_needed_within_the_budget(
+        fake_bin: Path, prefix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 78 item 4: the design stops an arm once its figure settles (3 tasks a workload here); with budget left,
+    every arm the rule still admits answers the remaining tasks beside plain decoding, one request after another,
+    and the identity check counts those answers too (never the speed figures)."""
+    monkeypatch.setattr("specops.bench.arms._fixed_arms", _fast_ngram(_original_fixed()))
+    assert _cli(fake_bin, tmp_path, "--arms", "ngram-mod", "--budget", "30") == 0
+    raw = json.loads((tmp_path / "assets" / "results.json").read_text())
+    measured = {b["task"] for b in raw["blocks"] if "ngram-mod" in b.get("arms", ())}
+    extra = [json.loads(x) for x in (tmp_path / "work" / "identity.jsonl").read_text().splitlines()]
+    assert extra and all(r["arm"] == "ngram-mod" and r["task"] not in measured for r in extra)
+    assert all(r["results"]["ngram-mod"]["text"] == r["results"]["baseline"]["text"] for r in extra)
+    summ = raw["summary"]["ngram-mod"]["all"]
+    assert summ["compared"] == summ["identical"] == len(measured) + len(extra)
+    assert summ["tasks"] == len(measured)  # the speed figures are the blocks' alone

@@ -114,13 +114,33 @@ def _texts_by_rep(reqs: list[dict[str, Any]]) -> dict[int, dict[str, str]]:
     return out
 
 
+def _extra_answers(extra: Iterable[Mapping[str, Any]], arm: str, wl: str
+                   ) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """The identity top-up's answers of ``arm`` on ``wl`` (:func:`specops.bench.runner.top_up`): its texts, plain
+    decoding's, and the explained differences, per task."""
+    texts: dict[str, str] = {}
+    plain: dict[str, str] = {}
+    diffs: dict[str, Any] = {}
+    for rec in extra:
+        res = rec.get("results") or {}
+        if rec.get("arm") != arm or (wl != ALL and rec.get("workload") != wl) or arm not in res or BASELINE not in res:
+            continue
+        texts[rec["task"]], plain[rec["task"]] = res[arm].get("text") or "", res[BASELINE].get("text") or ""
+        if res[arm].get("difference"):
+            diffs[rec["task"]] = res[arm]["difference"]
+    return texts, plain, diffs
+
+
 def analyse(
     blocks: list[dict[str, Any]],
     design: Design,
     arm_defs: Mapping[str, Mapping[str, Any]],
     ceiling: Mapping[str, Any] | None,
+    extra: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, dict[str, ArmWorkload]]:
-    """``{arm: {workload: ArmWorkload}}`` for every arm with data (``workload`` includes ``all``)."""
+    """``{arm: {workload: ArmWorkload}}`` for every arm with data (``workload`` includes ``all``). ``extra``: the
+    identity top-up's answers (identity.jsonl), counted in the identity check only."""
+    extra = list(extra)
     workloads = design.workloads
     out: dict[str, dict[str, ArmWorkload]] = {}
     for arm in [BASELINE, AA, *design.arms]:
@@ -167,12 +187,18 @@ def analyse(
                 if pred:
                     aw.predicted = pred.predicted if math.isfinite(r_cost) else None
                     aw.ceiling = pred.ceiling
+            explained = {(r["task"], r["rep"]): r["difference"] for r in reqs if r.get("difference")}
             if arm == BASELINE:
                 res = identity.self_consistency(arm, _texts_by_rep(reqs))
             else:
-                res = identity.compare(arm, ref_name, _texts_by_rep(reqs), ref_texts)
+                outs, refs = _texts_by_rep(reqs), dict(ref_texts)
+                if ref_name == BASELINE:
+                    more, plain, diffs = _extra_answers(extra, arm, wl)
+                    outs.setdefault(0, {}).update({t: x for t, x in more.items() if t not in outs.get(0, {})})
+                    refs.update({t: x for t, x in plain.items() if t not in refs})
+                    explained.update({(t, 0): d for t, d in diffs.items() if (t, 0) not in explained})
+                res = identity.compare(arm, ref_name, outs, refs)
             aw.identical, aw.compared = res.identical, res.compared
-            explained = {(r["task"], r["rep"]): r["difference"] for r in reqs if r.get("difference")}
             aw.divergences = [{**d.to_dict(), **({"explained": explained[(d.task_id, d.rep)]}
                                                   if (d.task_id, d.rep) in explained else {})}
                               for d in res.divergences]

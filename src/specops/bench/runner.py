@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,7 +36,7 @@ from specops.argv import FlagError
 from specops.bench import explain, weighted
 from specops.bench.arms import Arm
 from specops.bench.ceiling import arm_n_max
-from specops.bench.design import AA, BASELINE, Block, Design, rel_half_width
+from specops.bench.design import AA, BASELINE, DIFFERS, NO_GAIN, SLOWER, Block, Design, rel_half_width
 from specops.bench.request import RequestFailed, RequestResult, chat_body, stream_chat
 from specops.bench.slicer import run_sliced, sliced_rate
 from specops.bench.store import ResultStore
@@ -482,6 +482,53 @@ def run_block(pool: Pool, order: list[str], task: Task, cfg: BenchConfig, seed: 
     return results
 
 
+IDENTITY_FILE = "identity.jsonl"
+
+
+def top_up(cfg: BenchConfig, design: Design, pool: Pool, store: ResultStore, explainer: Explainer,
+           elapsed: Callable[[], float], per_request: list[float], progress: Progress) -> int:
+    """Identity on more answers than the speed measurement needed (issue 78 item 4), while the budget lasts: each
+    arm the rule still admits answers the tasks it was not measured on, one request after another beside plain
+    decoding (identity needs one answer from each side, not time-sliced blocks), each difference explained; an arm
+    stops at its first difference the rule does not allow. The answers go to ``identity.jsonl`` (never into the speed
+    figures). Only a run with a budget tops up, within it (the tune always; a bench without one ends with its design).
+    Returns how many answers were added."""
+    asked = {(r["arm"], r["task"]) for r in store.read(IDENTITY_FILE)}
+    for rec in store.read("blocks.jsonl"):
+        for arm in rec.get("arms") or ():
+            asked.add((arm, rec.get("task")))
+    added = 0
+    each = sum(per_request) / len(per_request) if per_request else cfg.request_guess_s or 0.0
+    for arm in design.arms:
+        if arm in pool.failed or any(st.stopped in (DIFFERS, SLOWER, NO_GAIN) for st in design.status[arm].values()):
+            continue  # out already, or cannot be chosen
+        todo = [t for t in cfg.tasks if (arm, t.id) not in asked and t.workload in design.tasks]
+        before = added
+        for task in todo:
+            if cfg.budget_s is not None and elapsed() + 2 * each > cfg.budget_s:
+                return added
+            pool.sync([arm], 0)
+            if arm not in pool.loaded:
+                break
+            results = run_block(pool, [BASELINE, arm], task, replace(cfg, interleave="requests"), seed=0)
+            if any("error" in r for r in results.values()):
+                break
+            for name, diff in explainer.block(pool, task, results).items():
+                results[name]["difference"] = diff
+            store.append(IDENTITY_FILE, {"arm": arm, "task": task.id, "workload": task.workload,
+                                         "results": {n: {"text": r.get("text"), **({"difference": r["difference"]}
+                                                                                      if "difference" in r else {})}
+                                                     for n, r in results.items()}})
+            added += 1
+            diff = results[arm].get("difference")
+            if diff and not (design.allow_near_ties and diff.get("verdict") == explain.NEAR_TIE):
+                progress.note(f"  identity: {arm} differs from plain decoding on {task.id}: out under the rule")
+                break
+        if added > before:
+            progress.note(f"  identity: {arm} checked on {added - before} more answer(s) beside plain decoding")
+    return added
+
+
 def near_ties(results: Mapping[str, Mapping[str, Any]]) -> set[str]:
     """The arms of a block whose difference from plain decoding was explained as a near-tie."""
     return {a for a, r in results.items() if (r.get("difference") or {}).get("verdict") == explain.NEAR_TIE}
@@ -575,6 +622,8 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
                 break
             design.finish_rep(rep)
             pool.stop_all()
+        if ended == "done" and explainer is not None and cfg.budget_s is not None:
+            top_up(cfg, design, pool, store, explainer, lambda: clock() - t0, per_request, progress)
     except KeyboardInterrupt:
         ended = "interrupted"
         raise

@@ -15,7 +15,7 @@ from specops.bench.design import STOPS, Design
 from specops.bench.identity import DEFAULT_RULE
 from specops.bench.inventory import header_for, inventory_vars, latest_saturation, write_vars
 from specops.bench.recommend import Gate, Pick, recommend
-from specops.bench.runner import SPREAD_FILE
+from specops.bench.runner import IDENTITY_FILE, SPREAD_FILE
 from specops.bench.store import ResultStore
 
 
@@ -56,7 +56,7 @@ def load_results(store: ResultStore) -> tuple[dict[str, Any], Design, dict[str, 
             if arm in design.status and wl in design.status[arm] and stopped:
                 design.status[arm][wl].stopped = stopped
     arm_defs = {a["name"]: a for a in plan["arm_defs"]}
-    results = analyse(blocks, design, arm_defs, store.load_json("ceiling.json"))
+    results = analyse(blocks, design, arm_defs, store.load_json("ceiling.json"), store.read(IDENTITY_FILE))
     return plan, design, results
 
 
