@@ -26,10 +26,15 @@ recommendation. When the workload's tasks are used up it ends *exhausted*; a bud
 measured at all, and the blocks go where they settle the whole figure soonest (:mod:`specops.bench.allocate`: each
 workload's share times its spread, planned again after every block) instead of taking turns. The stops then look at
 the **whole figure** (the shares' speedup weighted by time, :mod:`specops.bench.weighted`), not at one workload: an
-arm stops everywhere once that figure is *slower*, *no gain* or *faster* at ``whole_level`` (99% by default: the
-looks after every block would otherwise stop a true 5% gain for futility far more often than 2.5%; a constant
-boundary of about 2.6 standard errors, Pocock's for 10–20 looks, keeps the whole run near 5%); the measurement ends
-when every arm is decided, so a tune ends when it has decided, not when its budget does.
+arm stops everywhere once that figure is *slower* or *no gain* at ``whole_level`` (99% by default: the looks after
+every block would otherwise stop a true 5% gain for futility far more often than 2.5%), where ``stop_on`` allows
+them, or *faster* at the **error budget**'s boundary whatever ``stop_on`` says (:func:`look_level`, issue 79): over
+the whole run, every look and the final choice included, a candidate whose true speedup is 1.00 is served at most
+2.5% of the time, one-sided: split evenly over the candidates measured (Bonferroni), and each candidate's share spent
+at one constant level a look (Pocock's boundary), the level the tune's final choice reads too
+(:func:`specops.tune.decide.choose`), so a stop that first looks confident claims no more than the choice would. The
+futility stops can only leave plain decoding served, so they spend none of it. The measurement ends when every arm is
+decided, so a tune ends when it has decided, not when its budget does.
 
 **Conclusions** (what the report and the recommendation read): *slower* (interval below 1), *faster*
 (interval above 1), *no gain* (interval below 1 + ``half_width``, or around 1.0 within it), or
@@ -45,7 +50,7 @@ from dataclasses import dataclass, field
 
 from specops.bench import allocate, weighted
 from specops.bench.arms import AA, BASELINE
-from specops.bench.stats import Interval, geomean_ratio_ci, t975
+from specops.bench.stats import Interval, geomean_ratio_ci, t975, t_quantile
 
 SLOWER, FASTER, NO_GAIN, INCONCLUSIVE = "slower", "faster", "no gain", "inconclusive"
 PRECISE = "precise"  # a stop, not a conclusion: the interval is narrow enough, whichever side of 1 it lies
@@ -62,10 +67,46 @@ RESERVED = "reserve"  # a held-back arm's status until it is measured
 UNSETTLED = "cannot settle"  # the whole figure could not settle were every task left measured
 
 
-def deployable(iv: Interval, margin: float) -> bool:
+# The tune's error budget (issue 79 item 1): over the whole run, every look (the last included) and every candidate
+# measured, the chance of serving a candidate whose true speedup is 1.00 or less is at most ALPHA, one-sided.
+ALPHA = 0.025
+# Each candidate's share of ALPHA (Bonferroni: ALPHA / the candidates measured) is spent on a constant boundary over
+# the looks, Pocock's: each look reads the same nominal one-sided level, POCOCK × the share (Pocock's constant for 20
+# looks: c = 2.67, 0.38% of a one-sided 2.5% a look; a tune looks after every block, 6 to 31 times). scripts/
+# sim-error-budget measures what it holds (docs/measurements.md, 2026-12-07).
+POCOCK = 0.15
+
+
+def look_level(candidates: int, alpha: float = ALPHA) -> float:
+    """The two-sided level of the interval every look at a candidate reads to serve it, the final choice included:
+    one-sided ``alpha`` × :data:`POCOCK` ÷ the ``candidates`` measured on each side (one candidate: 99.25%; three:
+    99.75%)."""
+    return 1.0 - 2.0 * alpha * POCOCK / max(1, candidates)
+
+
+def at_level(iv: Interval, level: float) -> Interval:
+    """The same figure at another two-sided ``level``: its half-width on the log scale scaled by the ratio of the t
+    quantiles at its own degrees of freedom (``iv.df``, else n − 1) and level (``iv.level``, else 95%). Every
+    interval the bench and the tune build is symmetric about its estimate on the log scale. No interval: as is."""
+    if not iv.has_ci or iv.low is None or iv.high is None or iv.low <= 0:
+        return iv
+    df = iv.df if iv.df is not None else iv.n - 1
+    old = iv.level if iv.level is not None else 0.95
+    if df < 1 or old == level:
+        return iv
+    scale = t_quantile(level, df) / t_quantile(old, df)
+    est = iv.estimate
+    return Interval(est, est * (iv.low / est) ** scale, est * (iv.high / est) ** scale, iv.n, iv.df, level)
+
+
+def deployable(iv: Interval, margin: float, level: float | None = None) -> bool:
     """Confidently faster than plain decoding, and not confidently under 1 + ``margin``: what may be served (the
-    tune's choice, its figure at N streams, and the whole figure's stops read this one rule)."""
-    return iv.significantly_above(1.0) and not iv.significantly_below(1.0 + margin)
+    tune's choice, its figure at N streams, and the whole figure's stops read this one rule). ``level``: the level at
+    which "confidently faster" is read (:func:`at_level`; the run's error budget, :func:`look_level`); None: ``iv``'s
+    own. "Not confidently under 1 + ``margin``" reads ``iv`` as built (95%): a stricter level must not make a figure
+    confidently under the margin look as if it might gain it."""
+    serve = iv if level is None else at_level(iv, level)
+    return serve.significantly_above(1.0) and not iv.significantly_below(1.0 + margin)
 
 
 def rel_half_width(iv: Interval) -> float:
@@ -116,7 +157,10 @@ class Design:
     ``{arm: [arms whose output it is the identity reference for]}``; such an arm runs exactly as long
     as one of those does. ``stop_on``: the stops of :data:`STOPS` that may end an arm's workload before its
     tasks are used up (default all; :data:`FUTILITY` for a choice that must not stop on a gain that first looks
-    confident); *output differs* (``identity_stop``) is not one of them and always stops.
+    confident); *output differs* (``identity_stop``) is not one of them and always stops. With ``shares`` the whole
+    figure stops for futility at ``whole_level`` and as *faster* at ``serve_level`` (None: the run's error budget,
+    :func:`look_level` over the candidates measured), whatever ``stop_on`` says of *faster*: that boundary is the one
+    the final choice reads too.
     """
 
     def __init__(
@@ -137,6 +181,7 @@ class Design:
         shares: Mapping[str, float] | None = None,
         whole_level: float = 0.99,
         reserve: Sequence[str] = (),
+        serve_level: float | None = None,
     ) -> None:
         if reps < 1:
             raise ValueError("reps must be >= 1")
@@ -156,7 +201,8 @@ class Design:
             self.shares = {w: v / total for w, v in positive.items()}
             self.unshared = [w for w in self.tasks if w not in self.shares]
             self.tasks = {w: ts for w, ts in self.tasks.items() if w in self.shares}
-        self.whole_level = whole_level
+        self.whole_level = whole_level  # the whole figure's futility stops (slower, no gain)
+        self._serve_level = serve_level  # its faster stop (None: the error budget's, serve_level())
         self.why: dict[int, str] = {}  # block index -> why its workload was chosen (with shares)
         self.workloads = list(self.tasks)
         self.reps = reps
@@ -396,11 +442,21 @@ class Design:
                 if st.stopped is None and all(self.status[d][wl].stopped is not None for d in dependents):
                     st.stopped = "reference no longer needed"
 
+    def candidates(self) -> list[str]:
+        """The candidates measured so far (the error budget's count): every arm but identity references and
+        held-back arms not yet brought in."""
+        return [a for a in self.arms if a not in self.references and (a not in self.reserve or a in self.activated)]
+
+    def serve_level(self) -> float:
+        """The level of the whole figure's *faster* stop: the one given, else the run's error budget
+        (:func:`look_level` over :meth:`candidates`), the level the tune's final choice reads as well."""
+        return self._serve_level if self._serve_level is not None else look_level(len(self.candidates()))
+
     def _decide_whole(self) -> None:
         """With shares: an arm whose output differed anywhere stops everywhere (the identity rule can never pick
-        it); an arm stops everywhere once the whole figure at ``whole_level`` settles a stop of ``stop_on`` or
-        *faster* (every workload with a share has ``min_tasks`` tasks of it, its warm-up, and the figure
-        :data:`WHOLE_DF` degrees of freedom)."""
+        it); an arm stops everywhere once the whole figure settles a stop of ``stop_on`` at ``whole_level`` or
+        *faster* at :meth:`serve_level` (every workload with a share has ``min_tasks`` tasks of it, its warm-up, and
+        the figure :data:`WHOLE_DF` degrees of freedom)."""
         for arm in self.running():
             if arm in self.references:
                 continue
@@ -412,7 +468,7 @@ class Design:
             counts = [self.n_tasks(arm, w) for w in self.workloads]
             if not self._warmed(arm) or sum(counts) - len(counts) < WHOLE_DF:
                 continue  # every workload with a share its warm-up first (one spread must not speak for another)
-            iv = self.whole(arm, self.whole_level)
+            iv = self.whole(arm)
             if iv is None or not iv.has_ci:
                 continue
             half_in = 2 * sum(counts) >= sum(len(self.tasks[w]) for w in self.workloads)
@@ -456,11 +512,12 @@ class Design:
                     st.stopped = None
                 return
 
-    def projection(self, arm: str) -> tuple[float, float] | None:
-        """On the log scale: (the whole figure's half-width at 95% were every task measured, how far its estimate can
-        still move: about 2·√(Σ w_k²·s_k²·(1/n_k − 1/N_k)), nothing where a workload is used up). Each workload's
-        spread s_k is shrunk toward the pooled one as the allocation does (:func:`specops.bench.allocate.shrunk`),
-        n_k its tasks in, N_k in all. None: no degrees of freedom to project with."""
+    def projection(self, arm: str, level: float = 0.95) -> tuple[float, float] | None:
+        """On the log scale: (the whole figure's half-width at ``level`` were every task measured, how far its
+        estimate can still move: about 2·√(Σ w_k²·s_k²·(1/n_k − 1/N_k)), nothing where a workload is used up).
+        Each workload's spread s_k is shrunk toward the pooled one as the allocation does
+        (:func:`specops.bench.allocate.shrunk`), n_k its tasks in, N_k in all. None: no degrees of freedom to project
+        with."""
         assert self.shares is not None
         spreads = {w: allocate.spread([[math.log(r) for r in self.task_ratios(arm, w).values()]]) for w in self.shares}
         pooled = allocate.pooled(spreads.values())
@@ -468,24 +525,25 @@ class Design:
         if sum(big.values()) - len(big) < 1:
             return None
         s2 = {w: allocate.shrunk(spreads[w], pooled) ** 2 for w in self.shares}
-        half = t975(sum(big.values()) - len(big)) * math.sqrt(sum(self.shares[w] ** 2 * s2[w] / big[w]
-                                                                  for w in self.shares))
+        half = t_quantile(level, sum(big.values()) - len(big)) * math.sqrt(sum(self.shares[w] ** 2 * s2[w] / big[w]
+                                                                               for w in self.shares))
         n = {w: max(1, min(self.n_tasks(arm, w), big[w])) for w in self.shares}
         reach = 2 * math.sqrt(sum(self.shares[w] ** 2 * s2[w] * (1 / n[w] - 1 / big[w]) for w in self.shares))
         return half, reach
 
     def can_settle(self, arm: str, iv: Interval) -> bool:
-        """Could the whole figure still settle (at 95%: deployable, no gain or slower) were every task left measured
-        (:meth:`projection`): some estimate within reach leaving the final interval wholly above 1 or wholly below
-        1 + ``half_width``? A figure that cannot is *unsettled*: more blocks cannot change the answer (plain
+        """Could the whole figure still settle (deployable at :meth:`serve_level`, or no gain or slower at 95%) were
+        every task left measured (:meth:`projection`): some estimate within reach leaving the final interval wholly
+        above 1 at the serving level, or wholly below 1 + ``half_width`` at 95%, as the choice reads them? A figure
+        that cannot is *unsettled*: more blocks cannot change the answer (plain
         decoding, undecided), so the measurement ends and says what would settle it (a 2-core CPU tune with 12 edits
         in its task file spent 9 more prose blocks after its edits ran out). Looked at once half the tasks are in."""
-        proj = self.projection(arm)
-        if proj is None:
+        proj, serve = self.projection(arm), self.projection(arm, self.serve_level())
+        if proj is None or serve is None:
             return True
         half, reach = proj
         est = math.log(iv.estimate)
-        return est + reach - half > 0 or est - reach + half < math.log(1.0 + self.half_width)
+        return est + reach - serve[0] > 0 or est - reach + half < math.log(1.0 + self.half_width)
 
     def on_course(self, arm: str, iv: Interval) -> bool:
         """Is the whole figure on course to pay: at least 1 + ``half_width`` now, and its final interval (every task
@@ -495,14 +553,17 @@ class Design:
                 and math.log(iv.estimate) - proj[0] > 0)
 
     def whole_stop(self, iv: Interval) -> str | None:
-        """The whole figure's stop: *slower*, then *no gain* (confidently under 1 + ``half_width``: a 1.02x [1.005,
-        1.035] is faster than plain decoding but not worth deploying, and stops as no gain), then *faster* (wholly
-        above 1 and not confidently under 1 + ``half_width``: what may be served)."""
-        if iv.significantly_below(1.0) and SLOWER in self.stop_on:
+        """The whole figure's stop, from its 95% interval ``iv``: *slower*, then *no gain* (confidently under 1 +
+        ``half_width``: a 1.02x [1.005, 1.035] is faster than plain decoding but not worth deploying, and stops as
+        no gain), each at ``whole_level`` and where ``stop_on`` allows it, then *faster* (deployable: wholly above 1
+        at :meth:`serve_level`, the error budget's boundary, and not confidently under 1 + ``half_width``: what the
+        final choice may serve), whatever ``stop_on`` says of *faster*."""
+        futile = at_level(iv, self.whole_level)
+        if futile.significantly_below(1.0) and SLOWER in self.stop_on:
             return SLOWER
-        if iv.significantly_below(1.0 + self.half_width) and NO_GAIN in self.stop_on:
+        if futile.significantly_below(1.0 + self.half_width) and NO_GAIN in self.stop_on:
             return NO_GAIN
-        return FASTER if deployable(iv, self.half_width) else None
+        return FASTER if deployable(iv, self.half_width, self.serve_level()) else None
 
     def early_stop(self, iv: Interval) -> str | None:
         """The first stop of :data:`STOPS` the interval settles that ``stop_on`` allows (None: keep running).

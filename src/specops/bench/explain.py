@@ -8,11 +8,14 @@ logits move a little; where plain decoding's top two choices are closer than tha
 a **near-tie**. A difference where plain decoding's choice was clear by more than a batch can move it is a
 **change**: a defect of the speculation type (an accepted draft token the target did not choose), never served.
 
-The line between them is measured on the host, on the same server (:func:`batch_spread`): the same positions of
-plain decoding's own answers scored twice, as the last row of a batch of several tokens and by one-token decoding
-(llama-server's slot cache makes the first a batch of about ``stride`` rows, the second a decode). The spread is
-the largest move of a log-probability *difference* between two of the top tokens over every probed position: a
-near-tie flips only when the batch moves the difference of the two tokens past their gap.
+The line between them is measured on the host, on the same server (:func:`batch_spread`): plain decoding's own
+answers decoded again with their log-probabilities (one token at a time, as plain decoding computed them), and the
+same positions scored as a speculative server's verification computes them (its cache built in batches of about
+``stride`` tokens, each position the last row of its batch). The spread is the largest move of a log-probability
+*difference* between two of the top tokens over every probed position: a near-tie flips only when the batches move
+the difference of the two tokens past their gap. (The cache's history matters as much as the last batch: the same
+position scored after a prefix built in batches of 8 and after one built token by token moved by up to 0.1 nats on
+SmolLM2, and which of two close tokens led changed.)
 
 Everything here talks to a **plain** llama-server (``--spec-type none``) over HTTP: ``/apply-template`` (the chat
 prompt as the server renders it), ``/tokenize`` (the answers' tokens) and ``/completion`` with ``n_probs`` (the
@@ -46,6 +49,7 @@ class Scored:
 
     top: dict[int, tuple[str, float]]
     rows: int | None = None  # how many tokens the server evaluated for it (timings.prompt_n); 1 for a decode
+    chosen: int | None = None  # the token greedy decoding chose there
 
     def logprob(self, tok: int) -> float | None:
         hit = self.top.get(tok)
@@ -187,11 +191,12 @@ class Scorer:
                 raise ExplainError("/tokenize: unexpected token entry")
         return res
 
-    def score(self, prompt: str, ids: Sequence[int], n_predict: int) -> list[Scored]:
-        """Greedy ``n_predict`` tokens after ``prompt`` + ``ids``, with the top log-probabilities at each; the slot's
-        cache is used (what is cached is not evaluated again: that is how a batch or a decode is chosen)."""
+    def score(self, prompt: str, ids: Sequence[int], n_predict: int, cache: bool = True) -> list[Scored]:
+        """Greedy ``n_predict`` tokens after ``prompt`` + ``ids``, with the top log-probabilities at each (the
+        token each step chose is the one listed first). ``cache``: what the slot holds of the prompt is not evaluated
+        again (that is how a batch of chosen size is made); without it the prompt is evaluated whole."""
         body = {"prompt": [prompt, *ids], "n_predict": n_predict, "n_probs": TOP_N, "temperature": 0.0,
-                "cache_prompt": True, "post_sampling_probs": False}
+                "cache_prompt": cache, "post_sampling_probs": False}
         out = self._post("/completion", body)
         probs = out.get("completion_probabilities") if isinstance(out, dict) else None
         if not isinstance(probs, list) or not probs:
@@ -205,20 +210,30 @@ class Scorer:
                     top[t["id"]] = (str(t.get("token", "")), float(t["logprob"]))
             if not top:
                 raise ExplainError("/completion: no top_logprobs (a build without log-probabilities)")
-            res.append(Scored(top, rows if i == 0 else 1))
+            res.append(Scored(top, rows if i == 0 else 1, p.get("id") if isinstance(p.get("id"), int) else None))
         return res
 
-    def both_ways(self, prompt: str, ids: Sequence[int], k: int, stride: int = STRIDE) -> tuple[Scored, Scored] | None:
-        """Position ``k`` (>= 1) of an answer (its tokens ``ids``) scored as the last row of a batch of about
-        ``stride`` tokens and by one-token decoding; None where plain decoding no longer follows the answer there
-        (token k - 1 not reproduced). The slot's cache is first wound back to ``k - stride`` (a one-token request),
-        so the batch is what follows it, whatever the slot held before."""
-        self.score(prompt, ids[: max(0, k - stride)], 1)
-        batch = self.score(prompt, ids[:k], 1)[0]
-        two = self.score(prompt, ids[: k - 1], 2)
-        if len(two) < 2 or max(two[0].top.items(), key=lambda kv: kv[1][1])[0] != ids[k - 1]:
-            return None
-        return batch, two[1]
+    def own(self, prompt: str, ids: Sequence[int], upto: int) -> list[Scored]:
+        """Plain decoding's own log-probabilities at positions 0..``upto`` of its answer ``ids``: the answer decoded
+        again from the prompt alone (evaluated whole, then one token at a time, as plain decoding did), with
+        ``n_probs``. Refused where it no longer follows the answer (a server that is not the one that wrote it)."""
+        got = self.score(prompt, [], upto + 1, cache=False)
+        chosen = [g.chosen for g in got]
+        if chosen[: upto + 1] != list(ids[: upto + 1]):
+            at = next((i for i, (a, b) in enumerate(zip(chosen, ids, strict=False)) if a != b), len(chosen))
+            raise ExplainError(f"plain decoding did not write its answer again (it parts at token {at}): not the "
+                               "server, or not the settings, that wrote it")
+        return got
+
+    def batched(self, prompt: str, ids: Sequence[int], ends: Sequence[int]) -> dict[int, Scored]:
+        """The answer's positions ``ends`` (ascending) scored as a speculative server's verification does: its
+        cache built in batches (the prompt whole, then the answer in batches between consecutive ends), each end
+        the last row of its batch."""
+        out: dict[int, Scored] = {}
+        self.score(prompt, [], 1, cache=False)  # the slot holds this prompt alone (evaluated whole)
+        for e in ends:
+            out[e] = self.score(prompt, ids[:e], 1)[0]
+        return out
 
 
 def move(a: Scored, b: Scored, n: int = 5) -> float | None:
@@ -230,26 +245,33 @@ def move(a: Scored, b: Scored, n: int = 5) -> float | None:
     return max(deltas) - min(deltas)
 
 
+def ends(k: int, stride: int = STRIDE) -> list[int]:
+    """Batch ends from the start of the answer to position ``k`` (>= 1), every ``stride`` tokens, ending at k."""
+    first = k % stride or stride
+    return list(range(first, k + 1, stride))
+
+
 def batch_spread(scorer: Scorer, answers: Sequence[tuple[Sequence[dict[str, str]], str]],
                  stride: int = STRIDE, per_answer: int = MAX_POSITIONS) -> Spread:
-    """The host's batch spread over plain decoding's own ``answers`` (messages, text): every ``stride``-th
-    position (at most ``per_answer`` of each) scored as a batch and by one-token decoding."""
+    """The host's batch spread over plain decoding's own ``answers`` (messages, text): the answer decoded again
+    with its log-probabilities (one token at a time, :meth:`Scorer.own`), and scored as a verification builds its
+    cache (batches of ``stride`` tokens, :meth:`Scorer.batched`) at the end of each batch (at most ``per_answer``
+    of them)."""
     moves: list[float] = []
     used = 0
     for messages, text in answers:
         prompt = scorer.prompt(messages)
         ids = [i for i, _ in scorer.tokens(text)]
-        got = 0
-        for k in range(stride, len(ids), stride):
-            if got >= per_answer:
-                break
-            pair = scorer.both_ways(prompt, ids, k)
-            if pair is None:
-                continue
-            m = move(pair[1], pair[0])
-            if m is not None:
-                moves.append(m)
-                got += 1
+        at = list(range(stride, len(ids), stride))[:per_answer]
+        if not at:
+            continue
+        try:
+            own = scorer.own(prompt, ids, at[-1])
+        except ExplainError:
+            continue  # its retokenized text is not what it decoded (or no longer decodes): another answer
+        batch = scorer.batched(prompt, ids, at)
+        got = [m for m in (move(own[k], batch[k]) for k in at) if m is not None]
+        moves.extend(got)
         used += 1 if got else 0
     if not moves:
         raise ExplainError("no position could be scored both ways")
@@ -265,8 +287,12 @@ def first_token_difference(a: Sequence[tuple[int, str]], b: Sequence[tuple[int, 
 
 
 def explain(scorer: Scorer, task: str, messages: Sequence[dict[str, str]], plain: str, other: str,
-            spread: Spread | None) -> Difference:
-    """One difference explained against plain decoding (the server ``scorer`` talks to)."""
+            spread: Spread | None, stride: int = STRIDE) -> Difference:
+    """One difference explained against plain decoding (the server ``scorer`` talks to), judged against the larger
+    of the run's batch spread (``spread``) and this task's own: plain decoding's answer scored both ways at every
+    ``stride``-th position through the parting token and on to its end (the numerics move with the context: past 256
+    cells one-token decoding takes flash attention's split-KV path and a batch does not, so a short prompt's spread
+    says nothing of a long one's)."""
     try:
         prompt = scorer.prompt(messages)
         a, b = scorer.tokens(plain), scorer.tokens(other)
@@ -277,21 +303,24 @@ def explain(scorer: Scorer, task: str, messages: Sequence[dict[str, str]], plain
             return Difference(task, UNEXPLAINED, f"one answer stops at token {k} where the other goes on",
                               token_index=k)
         ids = [i for i, _ in a]
-        pair = scorer.both_ways(prompt, ids, k) if k >= 1 else None
-        if pair is None:
-            own = scorer.score(prompt, ids[:k], 1)[0]
-            batch = own
-        else:
-            batch, own = pair
+        at = [*ends(k, stride), *range(k + stride, len(ids), stride)] if k >= 1 else []
+        own = scorer.own(prompt, ids, max([k, *at]))
+        batch = scorer.batched(prompt, ids, at) if at else {}
     except ExplainError as exc:
         return Difference(task, UNEXPLAINED, str(exc))
+    moves = [m for m in (move(own[e], batch[e]) for e in at) if m is not None]
+    here = Spread(max(moves), len(moves), 1, tuple(moves)) if moves else None
+    used = max((x for x in (spread, here) if x is not None), key=lambda x: x.nats, default=None)
+    at_k = own[k]
+    in_batch = batch.get(k, at_k)
     byte_pos = len("".join(p for _, p in a[:k]).encode("utf-8"))
-    plain_lp, other_lp = own.logprob(a[k][0]), own.logprob(b[k][0])
+    plain_lp, other_lp = at_k.logprob(a[k][0]), at_k.logprob(b[k][0])
     d = Difference(task, UNEXPLAINED, token_index=k, byte_pos=byte_pos, plain_token=a[k][1], other_token=b[k][1],
-                   plain_logprob=plain_lp, other_logprob=other_lp, floor=own.floor,
-                   batch={"plain": batch.logprob(a[k][0]), "other": batch.logprob(b[k][0])},
-                   top=tuple(own.best()), spread=spread.nats if spread else None)
+                   plain_logprob=plain_lp, other_logprob=other_lp, floor=at_k.floor,
+                   batch={"plain": in_batch.logprob(a[k][0]), "other": in_batch.logprob(b[k][0]),
+                          "task_spread": here.nats if here else None, "positions": here.positions if here else 0},
+                   top=tuple(at_k.best()), spread=used.nats if used else None)
     if plain_lp is None:
         return Difference(**{**d.__dict__, "why": "plain decoding's own token is not among its top choices there"})
-    return Difference(**{**d.__dict__, "verdict": judge(d.gap, spread),
-                         "why": "" if spread else "no batch spread measured on this host"})
+    return Difference(**{**d.__dict__, "verdict": judge(d.gap, used),
+                         "why": "" if used else "no batch spread measured on this host"})

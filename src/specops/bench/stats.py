@@ -11,6 +11,7 @@ interval (``None``) and the recommendation never relies on such a number.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -155,8 +156,10 @@ def _betacf(a: float, b: float, x: float) -> float:
     return h
 
 
+@functools.lru_cache(maxsize=1024)
 def _t_solve(p: float, df: float) -> float:
-    """The p quantile of Student's t (p > 1/2) by bisection on :func:`t_cdf`."""
+    """The p quantile of Student's t (p > 1/2) by bisection on :func:`t_cdf` (remembered: the tune asks for the same
+    few levels and degrees of freedom after every block)."""
     lo, hi = 0.0, 1.0
     while t_cdf(hi, df) < p:
         lo, hi = hi, hi * 2

@@ -51,15 +51,20 @@ run's futility stops left prose 3 tasks against the edits' 6: V_pooled twice V_o
   interval is V_own at those: the rule before, which needs no common spread and, with that many degrees of
   freedom, is about as narrow as pooling (t ≤ 2.78). With 5 tasks or more in every workload it always has them;
 - below that (issue 61 item 4's case: 1–3 degrees of freedom, t of 3.2–12.7), the larger of V_pooled and V_own
-  (s²_p in V_own for a workload of one task), at df = n − K. With equal shares and equal counts the two are the
-  same number; where a wide workload dominates, V_own counts its spread at its share.
+  (s²_p in V_own for a workload of one task), at the Welch–Satterthwaite degrees of freedom of V_own rounded down
+  (:func:`satterthwaite`: a workload of one task counts s²_p at n − K), never more than n − K. With equal shares and
+  equal counts the two variances are the same number; where a wide workload dominates, V_own counts its spread at its
+  share, and the degrees of freedom are about its own n_k − 1: its few tasks are all that tell of its spread.
 
-What this still costs: with 2–3 tasks per workload and spreads that differ a lot, the whole sample's degrees of
-freedom overstate what the dominant workload's few tasks tell of its spread, and the interval covers less than its
-level. ``scripts/sim-mix-coverage`` measures the rule at 2, 3, 4, 6 and 12 tasks per workload against the pooled
-variance alone and the rule before (docs/measurements.md, 2026-12-01): 94–96% where the spreads agree, 91–97%
-with spreads of 0.06–0.20, 85–89% with the CPU tune's at 2–3 tasks, and 94–96% from 6 tasks per workload on in
-every case.
+Issue 79 item 3: the rule before it took df = n − K below :data:`WELCH_FROM`, and with 2–4 tasks a workload and
+spreads that differ a lot (the CPU tune's edits sd 0.16–0.25 on the log scale, its prose 0.01–0.05) that whole
+sample's degrees of freedom overstated what the dominant workload's few tasks tell of its spread: the 95% interval
+covered 85–91%, its misses leaning toward *faster* (a few edits that happen to agree read high and narrow). At
+Satterthwaite's degrees of freedom it covers at least 94% there (``scripts/sim-error-budget``, docs/measurements.md,
+2026-12-07), at the price of width where the data are thin: at 2 tasks of the dominant workload, about one degree of
+freedom (t = 12.7), which is no decision at all, as it should be. ``scripts/sim-mix-coverage`` compares the rules at
+2–12 tasks a workload (docs/measurements.md, 2026-12-01, for the rule before); from 6 tasks a workload the workloads'
+own variances stand in every case (94–96%).
 """
 
 from __future__ import annotations
@@ -146,17 +151,34 @@ def own_variance(t: Terms) -> float | None:
     return sum(p.share**2 / p.tasks * (p.squares / (p.tasks - 1) if p.tasks > 1 else s2) for p in t.parts)
 
 
+def satterthwaite(t: Terms) -> float | None:
+    """The Welch–Satterthwaite degrees of freedom of :func:`own_variance`, (Σ c_k)² / Σ c_k²/ν_k with
+    c_k = w_k²·s²_k/n_k and ν_k = n_k − 1 (a workload of one task: s²_p at ν = n − K), never more than n − K; None
+    where n − K < 1."""
+    df = t.n - len(t.parts)
+    if df < 1:
+        return None
+    s2 = sum(p.squares for p in t.parts) / df
+    cs = [(p.share**2 / p.tasks * (p.squares / (p.tasks - 1) if p.tasks > 1 else s2), p.tasks - 1 if p.tasks > 1
+           else df) for p in t.parts]
+    var = sum(c for c, _ in cs)
+    if var <= 0:
+        return float(df)
+    return min(float(df), var**2 / sum(c**2 / dof for c, dof in cs))
+
+
 def variance(t: Terms) -> tuple[float, int] | None:
     """The rule's Var(log S) and its degrees of freedom (module docstring); None where n − K < 1. Where the
     workloads' own variances carry :data:`WELCH_FROM` degrees of freedom or more by Welch–Satterthwaite, theirs
-    (:func:`welch_variance`); below, the larger of :func:`pooled_variance` and :func:`own_variance` at n − K."""
+    (:func:`welch_variance`); below, the larger of :func:`pooled_variance` and :func:`own_variance` at
+    :func:`satterthwaite`'s degrees of freedom rounded down (at least 1; issue 79 item 3: n − K before)."""
     welch = welch_variance(t)
     if welch is not None and math.floor(welch[1]) >= WELCH_FROM:
         return welch[0], math.floor(welch[1])
-    pooled, own = pooled_variance(t), own_variance(t)
-    if pooled is None or own is None:
+    pooled, own, df = pooled_variance(t), own_variance(t), satterthwaite(t)
+    if pooled is None or own is None or df is None:
         return None
-    return max(pooled, own), t.n - len(t.parts)
+    return max(pooled, own), max(1, math.floor(df))
 
 
 def welch_variance(t: Terms) -> tuple[float, float] | None:

@@ -28,7 +28,7 @@ from specops.bench.costmodel import (
     predicted_speedup,
     survival,
 )
-from specops.bench.design import deployable
+from specops.bench.design import ALPHA, at_level, deployable, look_level
 from specops.bench.stats import Interval, t975, t_quantile
 from specops.kinds import PLAIN
 
@@ -202,6 +202,7 @@ class Choice:
     to_settle_min: float | None = None  # undecided: the minutes of measuring more that would settle the whole figure
     pairs: tuple[str, ...] = ()  # held-back types measured beside a shortlisted one: their paired ratios
     to_settle_tasks: tuple[int, int] | None = None  # undecided: (the tasks that would settle it, the task set's)
+    level: float | None = None  # the level "confidently faster" was read at (the run's error budget, issue 79)
 
     def short(self) -> str:
         """One line: the choice and its figure (a tie named), or plain / undecided with the best candidate's."""
@@ -218,7 +219,8 @@ class Choice:
                 "figures": dict(self.figures), "tie": list(self.tie), "settled": self.settled,
                 "paired": self.paired, "left_out": list(self.left_out), "settle": list(self.settle),
                 "weighed": self.weighed, "to_settle_min": self.to_settle_min, "pairs": list(self.pairs),
-                "to_settle_tasks": list(self.to_settle_tasks) if self.to_settle_tasks else None}
+                "to_settle_tasks": list(self.to_settle_tasks) if self.to_settle_tasks else None,
+                "level": self.level}
 
 
 def overlaps(a: Interval, b: Interval) -> bool:
@@ -286,12 +288,26 @@ def _unpaired_words(t: _Tie) -> str:
             f"plain decoding overlapping {t.best.name}'s (no paired ratio with it in the same blocks)")
 
 
+def budget_words(level: float, candidates: int) -> str:
+    """How the serving level was set, for the reason: ``99.25% (the run's one-sided 2.5% for serving what does not
+    pay, over 1 candidate, Pocock's boundary a look)``."""
+    return (f"{level:.2%} (the run's one-sided {ALPHA:.1%} for serving what does not pay, over {candidates} "
+            f"candidate{'s' if candidates != 1 else ''}, Pocock's boundary a look)")
+
+
 def choose(measured: Sequence[Measured], need_identical: bool = True, margin: float = 0.05,
-           paired: Callable[[str, str], Interval | None] | None = None, left_out: Sequence[str] = ()) -> Choice:
+           paired: Callable[[str, str], Interval | None] | None = None, left_out: Sequence[str] = (),
+           level: float | None = None) -> Choice:
     """The decision, with ties said and broken toward the cheaper profile: **one rule** for every tie member.
 
-    A candidate is *deployable* when its interval lies wholly above 1 (confidently faster than plain decoding) and not
-    wholly below 1 + ``margin`` (it may gain what deploying it is worth: a figure confidently under that is the bench's
+    A candidate is *deployable* when its interval lies wholly above 1 (confidently faster than plain decoding) at
+    ``level`` and not wholly below 1 + ``margin`` at 95%. ``level`` is the run's **error budget** (issue 79 item 1;
+    None: :func:`specops.bench.design.look_level` over the ``measured`` candidates, the level every look of the
+    measurement read): one-sided 2.5% for serving a candidate whose true speedup is 1.00 or less over the whole run,
+    split evenly over the candidates measured (Bonferroni) and spent at one level a look (Pocock's constant boundary),
+    the last look, this choice, held to the same level as the others (99.25% for one candidate, 99.75% for three); the
+    figures shown stay the 95% ones. Not wholly below 1 + ``margin`` (it may gain what deploying it is worth: a figure
+    confidently under that is the bench's
     *no gain*, the tune's futility stop; two runs of the same tune otherwise chose a 1.03x [1.01, 1.05] in one and
     plain decoding for a 1.00x [0.96, 1.05] in the next). The best is the fastest usable candidate (an interval,
     identical output under the identity rule); its **tie** is every usable candidate the data cannot tell slower than
@@ -310,39 +326,48 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     best cannot gain ``margin`` (its interval lies below 1 + margin) and *undecided* otherwise. The record keeps
     ``paired`` of the chosen against the runner-up. ``left_out``: what could not be compared at all (never in a block
     with plain decoding), one line each, kept in the record."""
+    if level is None:
+        level = look_level(len(measured))
+    budget = budget_words(level, len(measured))
+
+    def pays(m: Measured) -> bool:
+        return deployable(m.speedup, margin, level)
+
     figures = {m.name: m.speedup.fmt() for m in measured}
     usable, left = _usable(measured, need_identical)
     left = [*left_out, *left]
     if not usable:
         why = "; ".join(left) or "nothing measured"
         return Choice(PLAIN, None, f"no candidate could be compared with plain decoding: {why}", figures,
-                      settled=not measured, left_out=tuple(left))
+                      settled=not measured, left_out=tuple(left), level=level)
     first = _tie(usable, paired)
     best = first.best
     ties = [first]
-    while not any(deployable(m.speedup, margin) for m in ties[-1].members):
+    while not any(pays(m) for m in ties[-1].members):
         rest = [m for m in usable if all(m not in t.members for t in ties)]
-        if not any(deployable(m.speedup, margin) for m in rest):
+        if not any(pays(m) for m in rest):
             break
         ties.append(_tie(rest, paired))
     tie = list(ties[-1].members)
     names = tuple(m.name for m in tie)
     small = best.speedup.significantly_below(1.0 + margin)  # confidently under what deploying it is worth
-    eligible = [m for m in tie if deployable(m.speedup, margin)]
+    eligible = [m for m in tie if pays(m)]
     if not eligible:
         settled = small
         word = ("nothing pays: the best candidate cannot gain " + f"{margin:.0%}" if settled
-                else "undecided: the intervals reach both sides of plain decoding; plain decoding is served until a "
-                     "longer measurement settles it")
+                else f"undecided: the intervals reach both sides of plain decoding at {budget}; plain decoding is "
+                     "served until a longer measurement settles it")
         how = "; ".join(w for w in (*first.out, _unpaired_words(first)) if w)
         return Choice(PLAIN, best.name, f"{word} (best {best.name} {best.speedup.fmt()} against plain decoding, "
-                                        f"{best.speedup.n} tasks)" + (f"; {how}" if how else ""),
-                      figures, (PLAIN, *names), settled, None, tuple(left))
+                                        f"{best.speedup.n} tasks; {at_level(best.speedup, level).fmt()} at "
+                                        f"{level:.2%})" + (f"; {how}" if how else ""),
+                      figures, (PLAIN, *names), settled, None, tuple(left), level=level)
     chosen = eligible[0]
     lead = ties[-1].best
     rest = [m for m in tie if m is not chosen] or [m for m in usable if m is not chosen]
     runner = max(rest, key=lambda m: m.speedup.estimate).name if rest else None
-    reason = f"{chosen.name} {chosen.speedup.fmt()} against plain decoding, {chosen.speedup.n} tasks"
+    reason = (f"{chosen.name} {chosen.speedup.fmt()} against plain decoding, {chosen.speedup.n} tasks; "
+              f"{at_level(chosen.speedup, level).fmt()} at {budget}")
     if len(ties) > 1:
         above = ", ".join(m.name for t in ties[:-1] for m in t.members)
         reason += (f"; no member of {best.name}'s tie ({above}) is confidently faster than plain decoding by what "
@@ -364,4 +389,4 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
         reason += f"; {how}"
     pair = paired(chosen.name, runner) if paired and runner else None
     pair_text = f"{chosen.name} ÷ {runner} = {pair.fmt()} paired in the same blocks" if pair else None
-    return Choice(chosen.name, runner, reason, figures, names, True, pair_text, tuple(left))
+    return Choice(chosen.name, runner, reason, figures, names, True, pair_text, tuple(left), level=level)
