@@ -5,7 +5,9 @@ the rule at N keeps a candidate only where it differs no more often.
 
 Two candidates, both real servers:
 - the A/A twin: plain decoding measured as the candidate (the same build, model and settings), which by
-  construction differs from plain decoding no more often than plain decoding differs from itself: it holds;
+  construction differs from plain decoding no more often than plain decoding differs from itself: it holds where the
+  tasks measured can show it within plain decoding's own rate + 20 points, and is unproven at N (never "differs")
+  where they are too few;
 - a candidate whose answers really differ: another model (Qwen2.5-Coder 0.5B) behind the candidate's settings,
   standing in for a speculative setting that changes outputs (a broken one cannot be produced on purpose): it is
   not served, whatever its speed.
@@ -69,14 +71,22 @@ def test_the_aa_twin_differs_no_more_often_than_plain_decoding_and_holds(llama_b
     at = measured(config(llama_build, smollm), BASELINE, tmp_path)
     ident = at.identity
     assert ident.plain_compared >= 4 and ident.candidate_compared >= 4, ident  # plain repeated tasks; twin answered
+    # the twin is plain decoding: at N it differs from plain decoding's answers no more often than plain's own do
+    assert ident.candidate_differed <= ident.plain_differed + 1, ident
     holds, rule = ident.judge()
-    assert holds is True, rule
+    # the burden is on the candidate (issue 78 item 5): it holds where the tasks measured show it within plain
+    # decoding's own rate + IDENTITY_BOUND, and is unproven at N (never "differs") where they are too few
+    low, high = ident.bounds() or (0.0, 1.0)
+    assert low <= 0 and holds is (True if high <= streams.IDENTITY_BOUND else None), rule
     d = at.to_dict()["identity"]
     assert d["plain"]["compared"] == ident.plain_compared and d["candidate"]["compared"] == ident.candidate_compared
-    assert d["plain"]["rate"] is not None and d["candidate"]["rate"] is not None and d["holds"] is True
-    assert d["rule"] == rule and d["level"] == streams.IDENTITY_LEVEL
+    assert d["plain"]["rate"] is not None and d["candidate"]["rate"] is not None and d["holds"] is holds
+    assert d["rule"] == rule and d["bound"] == streams.IDENTITY_BOUND
+    assert d["tasks"]["candidate"] <= ident.candidate_compared  # answers to one task count once
     stands, settled, why = streams.verdict(replace(at, speedup=FAST))
-    assert (stands, settled) == (True, True), why
+    assert (stands, settled) == ((True, True) if holds else (False, False)), why
+    if not holds:
+        assert "unproven at N" in why
 
 
 def test_a_candidate_whose_answers_differ_more_often_is_not_served(llama_build, smollm, tmp_path):

@@ -60,30 +60,42 @@ def test_interval_speaks_for_a_new_request_not_the_fixed_set() -> None:
 @pytest.mark.parametrize("which", ["shortlist", "every length"])
 def test_runs_2_and_3_give_the_same_answer_or_a_tie_containing_it(target: str, which: str) -> None:
     """Never two confident, different answers: the same choice, or one run cannot tell the other's choice from its own
-    best (it is in that run's tie). The ties are paired (issue 79 item 2): run 2's 32B puts n12 ahead of n8 (n8 ÷ n12
-    0.96× [0.93, 1.00] in the same blocks) and serves n12, which run 3's tie (n8, n12, n16) holds."""
+    best (it is in that run's tie), or one run is undecided (plain decoding served until more is measured). The ties
+    are paired (issue 79 item 2): run 2's 32B puts n12 ahead of n8 (n8 ÷ n12 0.96× [0.93, 1.00] in the same blocks)
+    and serves n12, which run 3's tie (n8, n12, n16) holds. Run 3's 14B is undecided under the run's error budget
+    (issue 79 item 1): its best, n4 1.04× [1.00, 1.08] at 95%, reads [0.96, 1.13] at 99.88% (three candidates)."""
     a, b = (f"h200-{run}-{target}" for run in ("run2", "run3"))
     ca = _decide(a, SHORTLISTS[a] if which == "shortlist" else LENGTHS)
     cb = _decide(b, SHORTLISTS[b] if which == "shortlist" else LENGTHS)
-    assert ca.settled and cb.settled
+    assert ca.settled and (cb.settled or target == "14b"), (ca, cb)
+    if not cb.settled:
+        assert cb.chosen == kinds.PLAIN and cb.runner_up == "exact-n4", cb
+        return
     assert ca.chosen == cb.chosen or ca.chosen in cb.tie or cb.chosen in ca.tie, (ca, cb)
 
 
 def test_each_committed_run_names_its_reference_interval_and_tie() -> None:
-    """The old verdicts (tune.json) against the new ones: the 14B no longer flips between n8 and plain, run 3's 32B
-    n16 pick becomes n8, the cheapest of a tie; run 2's 32B keeps n12, the paired ratio puts it ahead of n8 (issue 79
-    item 2: n8 ÷ n12 = 0.96× [0.93, 1.00] in the same blocks, though their intervals against plain decoding overlap)."""
+    """The old verdicts (tune.json) against the new ones: run 3's 32B n16 pick becomes n8, the cheapest of a tie; run
+    2's 32B keeps n12, the paired ratio puts it ahead of n8 (issue 79 item 2: n8 ÷ n12 = 0.96× [0.93, 1.00] in the
+    same blocks, though their intervals against plain decoding overlap). Run 3's 14B served n4 1.04× [1.00, 1.08]
+    (tune.json: plain) until issue 79 item 1: read at the run's error budget (99.88% for its three candidates,
+    [0.96, 1.13]) it is undecided, plain decoding served, as its tune.json said."""
     got = {run: _decide(run, names) for run, names in SHORTLISTS.items()}
     assert got["h200-run2-14b"].chosen == "exact-n8" and "exact-n4" in got["h200-run2-14b"].tie
-    assert got["h200-run3-14b"].chosen == "exact-n4" and "exact-n8" in got["h200-run3-14b"].tie  # was: plain
+    run3 = got["h200-run3-14b"]
+    assert run3.chosen == kinds.PLAIN and not run3.settled and run3.runner_up == "exact-n4", run3  # was: n4
+    assert "1.04× [1.00, 1.08] against plain decoding, 12 tasks; 1.04× [0.96, 1.13] at 99.88%" in run3.reason
     assert got["h200-run2-32b"].chosen == "exact-n12" and got["h200-run2-32b"].tie == ("exact-n12",)  # as it was
     assert "exact-n8 out of the tie: exact-n8 ÷ exact-n12 = 0.96× [0.93, 1.00]" in got["h200-run2-32b"].reason
     assert got["h200-run3-32b"].chosen == "exact-n8" and "exact-n16" in got["h200-run3-32b"].tie  # was: n16
     assert got["h100-run1-14b"].chosen == "exact-n8"
     for run, c in got.items():
+        assert c.level == pytest.approx(1 - 2 * 0.025 * 0.07 / 3), run  # three candidates each
+        assert "against plain decoding, 12 tasks" in c.reason, (run, c.reason)  # the figure names its sample
+        if run == "h200-run3-14b":
+            continue
         assert "tie at" in c.reason or len(c.tie) == 1, run
         assert c.paired and "paired in the same blocks" in c.paired, run
-        assert "against plain decoding, 12 tasks" in c.reason, (run, c.reason)  # the figure names its sample
 
 
 def test_candidates_never_in_a_block_with_the_reference_are_left_out_and_said() -> None:
@@ -99,9 +111,11 @@ def iv(est: float, low: float, high: float, n: int = 8) -> Interval:
 
 
 def test_ties_break_toward_no_draft_model_then_the_shorter_draft() -> None:
+    """The tie rule, on figures read at the level they were built (95%); the run's error budget reads them stricter
+    (test_tune_decide.py)."""
     ms = [decide.Measured("exact-n12", iv(1.30, 1.20, 1.40)), decide.Measured("exact-n4", iv(1.25, 1.15, 1.35)),
           decide.Measured("exact-ngram-mod", iv(1.22, 1.12, 1.33)), decide.Measured("exact-n2", iv(1.05, 1.01, 1.09))]
-    c = decide.choose(ms, need_identical=False)
+    c = decide.choose(ms, need_identical=False, level=0.95)
     assert c.chosen == "exact-ngram-mod"
     assert c.tie == ("exact-ngram-mod", "exact-n4", "exact-n12")
     assert c.runner_up == "exact-n12"
@@ -125,6 +139,6 @@ def test_plain_ties_undecided_or_settled() -> None:
 def test_identity_rule_leaves_a_differing_candidate_out_and_says_so() -> None:
     ms = [decide.Measured("exact-ngram-simple", iv(1.30, 1.20, 1.40), identical=False),
           decide.Measured("exact-ngram-mod", iv(1.06, 1.01, 1.11), identical=True)]
-    c = decide.choose(ms, need_identical=True)
+    c = decide.choose(ms, need_identical=True, level=0.95)  # the rule at the figures' own level
     assert c.chosen == "exact-ngram-mod"
     assert any("exact-ngram-simple: output differs" in x for x in c.left_out)

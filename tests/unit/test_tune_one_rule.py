@@ -1,5 +1,6 @@
 """One rule on every recorded tune (issue 62 items 2-3): whatever the candidates measured together, what is served is
-deployable (confidently faster than the unit's plain decoding and not confidently under 1 + 5%), no cheaper member of
+deployable (confidently faster than the unit's plain decoding, at the run's error budget's level since issue 79, and
+not confidently under 1 + 5%), no cheaper member of
 its tie is, and plain decoding is served only where no member of the best's tie is deployable. Replayed on the
 committed GPU runs' blocks (tests/fixtures/gpu-tune-blocks: every subset of their draft lengths) and the CPU tunes'
 (tests/fixtures/cpu-tune-blocks), as the tune decides on them; the hand-made counterexamples are
@@ -30,11 +31,12 @@ UNIT_PLAIN = "exact-baseline"  # the GPU runs' unit plain decoding (test_tune_ev
 
 
 def holds_the_rule(choice: decide.Choice, figures: dict[str, Interval]) -> None:
-    """The served candidate is deployable and the cheapest deployable member of its tie; plain decoding only where
-    no tie member is deployable."""
+    """The served candidate is deployable (at the level the choice read, the run's error budget) and the cheapest
+    deployable member of its tie; plain decoding only where no tie member is deployable."""
     tie = [n for n in choice.tie if n != kinds.PLAIN]
     assert tie == sorted(tie, key=kinds.tie_rank), choice.tie  # cheapest first (the order the rule reads)
-    able = [n for n in tie if deployable(figures[n], MARGIN)]
+    assert choice.level is not None and choice.level > 0.99, choice.level
+    able = [n for n in tie if deployable(figures[n], MARGIN, choice.level)]
     if choice.chosen == kinds.PLAIN:
         assert able == [], (choice.reason, {n: figures[n].fmt() for n in tie})
         return
@@ -54,6 +56,9 @@ def test_every_subset_of_a_gpu_runs_lengths_serves_by_the_one_rule(run: Path) ->
             choice = blocks.decide(names, UNIT_PLAIN, need_identical=False, margin=MARGIN)
             holds_the_rule(choice, figures)  # type: ignore[arg-type]
             served.add(choice.chosen)
+    if run.stem == "h200-run3-14b":  # its best, n4 1.04x [1.00, 1.08], is not confidently faster at 99.65% or more
+        assert served == {kinds.PLAIN}, served  # (issue 79 item 1: it served n4 at 95%)
+        return
     assert served - {kinds.PLAIN}, served  # these runs have lengths that pay: the rule serves one
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from specops import kinds
+from specops.bench.design import at_level
 from specops.tune import choose, decide
 
 pytestmark = pytest.mark.fast
@@ -38,30 +40,38 @@ def decided(name: str) -> tuple[list[decide.Measured], decide.Choice, dict[str, 
     return choose._from_blocks(args, results(name), [MOD], [MOD])
 
 
-def test_the_first_run_settles_the_whole_set_and_three_workloads_and_says_what_the_edits_need() -> None:
+def test_the_first_run_is_undecided_under_the_error_budget_and_says_what_would_settle_it() -> None:
     """18 blocks in 565 s: code stopped after 5 tasks, prose after 3, tool calls after 4 (each wholly below 1 + 5%:
     tool calls at 1.03x [1.01, 1.05], faster but not by what deploying is worth), the 6 edits all ran (ngram-mod
-    1.13x [0.96, 1.32], its edits 0.99-1.39x). By the set's shares the whole figure is 1.04x [1.00, 1.07], above
-    plain decoding and reaching past 1.05: ngram-mod is chosen, settled; only the edits stay open, and the set holds
-    no seventh edit to settle them with."""
+    1.13x [0.96, 1.32], its edits 0.99-1.39x). By the set's shares the whole figure is 1.04x [1.00, 1.07] at 95%:
+    before issue 79 ngram-mod was chosen on it, settled. Under the run's error budget (one candidate: "confidently
+    faster" read at 99.65%, the level every look of the measurement read) it is 1.04x [0.97, 1.11]: undecided, plain
+    decoding served, and the record says what would settle the whole figure and the edits (the set holds no seventh
+    edit)."""
     rows = results(RUNS[0])["blocks"]
     assert {w: sum(r["workload"] == w for r in rows) for w in SET} == {"code": 5, "edit": 6, "prose": 3,
                                                                         "tool_calls": 4}
     measured, choice, per_wl = decided(RUNS[0])
-    assert choice.chosen == MOD and choice.settled, choice
+    assert choice.chosen == kinds.PLAIN and not choice.settled and choice.runner_up == MOD, choice
+    assert choice.level == pytest.approx(0.9965)
     (fig,) = [m.speedup for m in measured if m.name == MOD]
     assert fig.low is not None and fig.low > 1.0 and 1.02 < fig.estimate < 1.06, fig
+    strict = at_level(fig, 0.9965)
+    assert strict.low is not None and strict.low < 1.0, strict
     assert choice.weighed.startswith("no mix given: each workload of the standard set weighs the same")
     assert per_wl["code"].startswith("plain") and per_wl["prose"].startswith("plain")
     assert per_wl["tool_calls"].startswith("plain") and per_wl["edit"].startswith("undecided")
-    (edit,) = choice.settle
+    whole, edit = choice.settle
+    assert whole.startswith("overall: ") and "on 18 tasks is undecided" in whole, whole
     assert edit.startswith("edit: ") and "on 6 tasks is undecided" in edit and "the task set holds 6" in edit, edit
 
 
-def test_at_12_tasks_a_workload_every_figure_settles_within_the_budget() -> None:
+def test_at_12_tasks_a_workload_the_whole_figure_settles_within_the_budget() -> None:
     """README command 1 at the default 12 tasks a workload: 24 blocks in 683 s of measuring (tune 888 s of 900),
-    code 5, edits 9, prose 4, tool calls 6. The edits settle (ngram-mod 1.20x [1.04, 1.38], its edits 0.99-1.64x),
-    the others say nothing pays (under the 5% margin), the whole figure chooses ngram-mod: nothing stays open."""
+    code 5, edits 9, prose 4, tool calls 6. The whole figure chooses ngram-mod (1.06x [1.02, 1.09] at 95%, [1.00,
+    1.11] at the error budget's 99.65%), the other workloads say nothing pays (under the 5% margin); the edits alone
+    (ngram-mod 1.20x [1.04, 1.38] at 95%, its edits 0.99-1.64x) settled before issue 79 and are undecided at 99.65%,
+    the one line that stays open."""
     rows = results(RUNS[2])["blocks"]
     assert {w: sum(r["workload"] == w for r in rows) for w in SET} == {"code": 5, "edit": 9, "prose": 4,
                                                                         "tool_calls": 6}
@@ -69,9 +79,9 @@ def test_at_12_tasks_a_workload_every_figure_settles_within_the_budget() -> None
     assert choice.chosen == MOD and choice.settled, choice
     (fig,) = [m.speedup for m in measured]
     assert fig.low is not None and fig.low > 1.0, fig
-    assert per_wl["edit"].startswith(MOD), per_wl
+    assert per_wl["edit"].startswith("undecided"), per_wl
     assert all(per_wl[w].startswith("plain") for w in ("code", "prose", "tool_calls")), per_wl
-    assert choice.settle == (), choice.settle
+    assert [line.split(":")[0] for line in choice.settle] == ["edit"], choice.settle
     assert choice.weighed.startswith("no mix given: each workload of the standard set weighs the same (tasks code 6, "
                                      "edit 12")
 
