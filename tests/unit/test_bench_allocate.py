@@ -14,7 +14,7 @@ import pytest
 
 from specops.bench import allocate
 from specops.bench.arms import AA, BASELINE
-from specops.bench.design import FUTILITY, STOPS, WHOLE, Design
+from specops.bench.design import FUTILITY, STOPS, WHOLE, Design, look_level
 
 pytestmark = pytest.mark.fast
 
@@ -85,12 +85,14 @@ def test_a_workload_without_a_share_is_never_planned_and_the_progress_line_says_
 def test_the_blocks_follow_share_times_spread_on_the_recorded_cpu_tune() -> None:
     """The 12-task CPU tune's recorded rates (ngram-mod against the unit's plain decoding): with a 70/30 mix the
     edits (share 0.70, their ratios spreading ~0.13 on the log scale) get most of the blocks, prose (0.30, ~0.03) only
-    its warm-up and little more, and every block's reason is kept."""
+    its warm-up and little more, and every block's reason is kept. (The recording holds 9 edits: at 6 edits and 3
+    prose tasks the 3 edits left cannot settle the whole figure at the error budget's 99.65%, issue 79, and the
+    measurement ends there, 2 edits sooner than at 95%.)"""
     rates = recorded("demo-limit12-20261128c.jsonl")
     d = tune_design({w: list(ts) for w, ts in rates.items()}, {"edit": 0.7, "prose": 0.3})
     order = replay(d, rates)
     assert order[:4].count("edit") == 2 and order[:4].count("prose") == 2, order  # the warm-up: 2 each
-    assert order.count("edit") > 2 * order.count("prose"), order
+    assert order.count("edit") >= 2 * order.count("prose"), order
     assert all(d.why[i] for i in range(len(order)))
     assert "warm-up" in d.why[0]
     assert any("narrows the whole figure most" in d.why[i] for i in range(4, len(order)))
@@ -169,9 +171,10 @@ def test_without_shares_the_bench_still_takes_turns() -> None:
 
 
 def test_a_held_back_type_is_measured_beside_one_that_pays_on_the_same_tasks() -> None:
-    """Issue 61 item 2: ngram-simple held back; once ngram-mod pays (confidently faster, and it may clear 1 + 5%) it
-    is measured too, on the tasks ngram-mod already ran first (paired on the same tasks), and the reason is kept. One
-    that does not pay never brings it in."""
+    """Issue 61 item 2: ngram-simple held back; once ngram-mod pays (confidently faster, and it may clear 1 + 5%) or
+    is on course to (here, at its first look: 1.14x [0.97, 1.34] at Satterthwaite's few degrees of freedom, issue 79
+    item 3) it is measured too, on the tasks ngram-mod already ran first (paired on the same tasks), and the reason is
+    kept. One that does not pay never brings it in."""
     simple = "exact-ngram-simple"
     rates = synthetic({"edit": 0.25, "prose": 0.02}, {"edit": 0.1, "prose": 0.02}, 10)
     rng = random.Random(5)
@@ -183,7 +186,8 @@ def test_a_held_back_type_is_measured_beside_one_that_pays_on_the_same_tasks() -
                shares={"edit": 0.7, "prose": 0.3}, reserve=[simple])
     assert d.running() == [MOD] and {st.stopped for st in d.status[simple].values()} == {"reserve"}
     replay(d, rates)
-    assert simple in d.activated and "pays" in d.activated[simple], d.activated
+    assert simple in d.activated and "pay" in d.activated[simple], d.activated
+    assert d.serve_level() == pytest.approx(look_level(2))  # two candidates measured now: the error budget split
     paired = set(d.task_ratios(simple)) & set(d.task_ratios(MOD))
     assert len(paired) >= 6
     flat = synthetic({"edit": 0.0, "prose": 0.0}, {"edit": 0.02, "prose": 0.02}, 10)

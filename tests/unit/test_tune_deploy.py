@@ -261,3 +261,22 @@ def test_the_deploys_line_gives_the_minutes_used_and_what_would_settle_an_undeci
     line = deploy.apply(short, "auto", None).message
     assert "about 156 tasks would settle it and the task set holds 24: give it more of your traffic" in line, line
     assert "llama_server_tune_budget" not in line
+
+
+def test_the_deploys_line_says_what_identity_found_and_every_difference():
+    """Issue 78 item 1: the deploy's line gives per measured candidate the answers checked and the bound the count
+    allows, and each difference from plain decoding explained; the speed gate's record keeps the identity section."""
+    tie = ("edit-06: at token 72 wrote \" '\" where plain decoding wrote ' t'; plain decoding's log-probabilities "
+           "-0.692 and -0.847, 0.155 nats apart, within the host's batch spread 0.696: near-tie")
+    res = _result("exact-ngram-mod", {"llama_server_spec_type": "ngram-mod"})
+    res["identity"] = {"rule": "equivalent", "spread": {"nats": 0.0},
+                       "candidates": {"exact-ngram-mod": {"checked": 24, "bound": "0 of 24 answers (changes or "
+                                                          "unexplained): fewer than 12% at 95%; 1 near-tie(s) allowed",
+                                                          "differences": [tie]}}}
+    a = deploy.apply(res, "auto", None)
+    assert a.message.endswith(
+        ". Output against plain decoding (rule equivalent): exact-ngram-mod: 0 of 24 answers (changes or unexplained): "
+        "fewer than 12% at 95%; 1 near-tie(s) allowed. Differences: exact-ngram-mod on " + tie)
+    assert deploy.summary(res, a, reused=False)["identity"] == res["identity"]
+    # a record from before the check: the line is what it was
+    assert "Output against plain decoding" not in deploy.apply(_result("exact-ngram-mod", {}), "auto", None).message
