@@ -16,7 +16,16 @@ import re
 import stat
 from typing import Any
 
-from specops.knobs import DRAFT_MODEL_TYPES, KNOBS, knob, spec_type_members, spec_type_problem, uses_draft_model
+from specops.devices import placement_problem
+from specops.knobs import (
+    DRAFT_MODEL_TYPES,
+    KNOBS,
+    PLACEMENT,
+    knob,
+    spec_type_members,
+    spec_type_problem,
+    uses_draft_model,
+)
 from specops.knobs import ranges as knob_ranges
 from specops.profile import no_draft_why
 from specops.tune import settings as tune_settings
@@ -249,7 +258,24 @@ def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
                 representable(arg, f"llama_server_extra_args[{i}]")
             except UnitValueError as exc:
                 problems.append(str(exc))
-    return problems + _speculation_problems(values, problems) + _exposure_problems(values, problems)
+    return (problems + _speculation_problems(values, problems) + _placement_problems(values, problems)
+            + _exposure_problems(values, problems))
+
+
+# the placement settings' role variables -> knob names
+PLACEMENT_VARS = {knob(name).role_var: name for name in PLACEMENT}
+
+
+def _placement_problems(values: dict[str, Any], problems: list[str]) -> list[str]:
+    """The placement settings on their own (a split's parts, one per named device; device names; the main GPU's
+    index among them): one line naming the variable. The devices of the host's build are checked by the memory fit,
+    which sees them (specops fit, per device)."""
+    reported = {p.split("=", 1)[0].split(":", 1)[0] for p in problems}
+    if not set(PLACEMENT_VARS) & set(values) or set(PLACEMENT_VARS) & reported:
+        return []
+    problem = placement_problem({name: values.get(var) for var, name in PLACEMENT_VARS.items()},
+                                var=lambda name: knob(name).role_var)
+    return [problem] if problem else []
 
 
 def _speculation_problems(values: dict[str, Any], problems: list[str]) -> list[str]:

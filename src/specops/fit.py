@@ -40,10 +40,27 @@ Available: host RAM ``psutil.virtual_memory().available`` (or total with ``--mem
 memory summed over GPUs for GPU backends (nvidia-smi's memory.free, which leaves out the driver's reserve;
 rocm-smi's VRAM total − used), or a given number. Unified-memory GPUs (DGX Spark GB10) report no GPU memory:
 those need --memory-mib.
+
+Per device (``estimate(per_device=True)``, what ``specops fit`` runs; on more than one GPU, or where the placement
+settings name a device): a sum can fit where one card does not, so each device is checked against its own free
+memory (nvidia-smi per GPU, ``llama-server --list-devices`` per device, or ``--device-mib`` per device). The target's
+layers go where llama.cpp puts them (:func:`layer_devices`: whole layers by the split's cumulative fractions, in
+float32, the output layer as one more layer; the split is ``tensor_split``, else each device's free memory, as
+llama.cpp's default; split mode none: the main GPU alone), and each device holds::
+
+    its layers' weights (the tensor table's blk.N.*) + their KV cells (the same formula, its layers only)
+  + the compute buffer (the one-device estimate, on each device that holds layers) + the output layer where it lands
+  + the draft (weights, KV, compute) where it is placed + the runtime (GPU_OVERHEAD, per device it uses)
+
+The draft goes on ``draft_device``; left open on more than one device, on the device with the most room after the
+target (specops's default: the fit prints the arguments that pin it). Each device's margin is the margin of its own
+need; one that overflows is refused in one line naming it, what it would hold and what it has. Logits and the input
+embedding stay in host memory and are not counted on a device.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import shutil
@@ -54,12 +71,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from specops.devices import DeviceError, parse_list_devices, require_device
+from specops.devices import (
+    DeviceError,
+    device_list,
+    parse_list_devices,
+    placement_problem,
+    placement_set,
+    require_device,
+    split_parts,
+)
 from specops.ggufmeta import GGUFInfo, read
-from specops.knobs import CACHE_TYPES, LIST_DEVICES_FLAG, knob, spec_type_members
+from specops.knobs import CACHE_TYPES, LIST_DEVICES_FLAG, PLACEMENT, knob, spec_type_members
 from specops.nvsmi import MIB_CELL, header_names, read_table
 
 MIB = 1024 * 1024
@@ -122,6 +148,9 @@ class ModelShape:
     recurrent: tuple[bool, ...] = ()  # per layer: a recurrent (linear-attention) layer, which keeps no KV
     n_embd_r: int = 0  # a recurrent layer's conv state per sequence (floats)
     n_embd_s: int = 0  # a recurrent layer's SSM state per sequence (floats)
+    # per layer: the bytes of its tensors (blk.N.*); () where not known (then the layers share the weights evenly)
+    layer_bytes: tuple[int, ...] = ()
+    output_bytes: int = 0  # the tensors of no layer but the input embedding (output.weight, output_norm, ...)
 
     @classmethod
     def of(cls, info: GGUFInfo) -> ModelShape:
@@ -151,6 +180,7 @@ class ModelShape:
             sliding_window=info.arch_get("attention.sliding_window"),
             input_bytes=sum(t.n_bytes for t in info.tensors if t.name == INPUT_EMBEDDING),
             tied=not any(t.name == OUTPUT for t in info.tensors), arch=str(info.arch), **_hybrid(info, int(n_layer)),
+            **_by_layer(info, int(n_layer)),
         )
 
     @property
@@ -167,6 +197,19 @@ class ModelShape:
     def recurrent_bytes(self, rows: int) -> int:
         """The recurrent layers' states (f32): ``rows`` = sequences × (1 + rollback snapshots)."""
         return 4 * sum(self.recurrent) * rows * (self.n_embd_r + self.n_embd_s)
+
+    def layer_weights(self) -> list[int]:
+        """Each layer's weight bytes (llama.cpp places whole layers): from the tensor table, else an even share of
+        what is not the output layer."""
+        if len(self.layer_bytes) == self.n_layer:
+            return list(self.layer_bytes)
+        each = max(0, self.weights - self.input_bytes - self.output_bytes) // max(1, self.n_layer)
+        return [each] * self.n_layer
+
+    def output_weights(self) -> int:
+        """The output layer's bytes where it is offloaded: its own tensors, and with tied embeddings the copy of the
+        input embedding that serves as the output matrix."""
+        return self.output_bytes + (self.input_bytes if self.tied else 0)
 
     def gpu_weights(self) -> int:
         """Weight bytes on the GPU with every layer offloaded: all but the input embedding, which llama.cpp
@@ -200,6 +243,22 @@ def trunk_layers(n_layer: int, n_nextn: int) -> int:
     """The layers the target's own context runs: all but the MTP layers (llama.cpp keeps every layer where the
     model is MTP layers alone)."""
     return n_layer - n_nextn if 0 < n_nextn < n_layer else n_layer
+
+
+_LAYER_TENSOR = re.compile(r"blk\.(\d+)\.")
+
+
+def _by_layer(info: GGUFInfo, n_layer: int) -> dict[str, Any]:
+    """The weight bytes of each layer (``blk.N.*``) and of the rest but the input embedding (the output layer's)."""
+    per = [0] * n_layer
+    rest = 0
+    for t in info.tensors:
+        m = _LAYER_TENSOR.match(t.name)
+        if m and int(m.group(1)) < n_layer:
+            per[int(m.group(1))] += t.n_bytes
+        elif t.name != INPUT_EMBEDDING:
+            rest += t.n_bytes
+    return {"layer_bytes": tuple(per), "output_bytes": rest}
 
 
 def _hybrid(info: GGUFInfo, n_layer: int) -> dict[str, Any]:
@@ -252,6 +311,14 @@ class FitParams:
     spec_type: str = deployed("spec_type")
     margin: str = DEFAULT_MARGIN
     cache_ram_mib: int = 0  # host RAM the prompt cache may fill (counted against host RAM only)
+    # where the layers go (the per-device fit, estimate(per_device=True)): None leaves it to llama.cpp
+    ngl: int | str = unset("ngl")
+    draft_ngl: int | str = unset("draft_ngl")
+    device: str | None = None
+    draft_device: str | None = None
+    tensor_split: str | None = None
+    split_mode: str = unset("split_mode")
+    main_gpu: int = unset("main_gpu")
 
 
 @dataclass
@@ -267,7 +334,7 @@ class Memory:
     available: int
     total: int
     source: str
-    devices: list[dict[str, int]] = field(default_factory=list)
+    devices: list[dict[str, Any]] = field(default_factory=list)  # per device: name, free_mib, total_mib, ...
 
 
 @dataclass
@@ -278,25 +345,44 @@ class FitReport:
     memory: Memory
     params: FitParams
     notes: list[str]
+    # the per-device fit (estimate(per_device=True) on more than one device, or with placement settings): each
+    # device against its own free memory decides, not the sum
+    devices: list[Any] = field(default_factory=list)  # DeviceRow
+    placement: Any = None  # Placement
+    draft: bool = False  # a draft model is loaded (the placement's arguments name its devices)
 
     @property
     def fits(self) -> bool:
+        if self.devices:
+            return all(r.fits for r in self.devices)
         return self.needed + self.margin <= self.memory.available
+
+    @property
+    def refusal(self) -> str | None:
+        """One line naming the device that overflows, what it would hold and what it has (per-device fit only)."""
+        return overflow_line(self.devices, self.memory.available) if self.devices else None
 
     def as_dict(self) -> dict[str, Any]:
         mib = lambda b: round(b / MIB, 2)  # noqa: E731
-        return {
+        short = max(0, self.needed + self.margin - self.memory.available)
+        if self.devices:
+            short = max([0, *(-r.spare for r in self.devices)])
+        out = {
             "fits": self.fits, "needed_mib": mib(self.needed), "margin_mib": mib(self.margin),
             "available_mib": mib(self.memory.available), "total_mib": mib(self.memory.total),
             "memory": {"kind": self.memory.kind, "source": self.memory.source,
                        "devices": self.memory.devices},
-            "shortfall_mib": mib(max(0, self.needed + self.margin - self.memory.available)),
+            "shortfall_mib": mib(short),
             "breakdown": [
                 {"component": i.component, "mib": mib(i.bytes), "bytes": i.bytes, "detail": i.detail}
                 for i in self.items
             ],
             "params": asdict(self.params), "notes": self.notes,
         }
+        if self.devices:
+            out.update(per_device=[r.as_dict() for r in self.devices], refusal=self.refusal,
+                       placement=self.placement.as_dict(self.draft))
+        return out
 
 
 def parse_margin(text: str, needed: int) -> int:
@@ -331,7 +417,7 @@ def _smi_mib(cell: str, line: str) -> int | None:
     raise FitError(f"cannot read {cell!r} in nvidia-smi output line {line!r} as MiB; pass --memory-mib")
 
 
-def _smi_gpu(index: int, row: dict[str, str], line: str) -> dict[str, int]:
+def _smi_gpu(index: int, row: dict[str, str], line: str) -> dict[str, Any]:
     total = _smi_mib(row["memory.total"], line)
     used = _smi_mib(row["memory.used"], line) if "memory.used" in row else None
     free = _smi_mib(row["memory.free"], line) if "memory.free" in row else None
@@ -348,10 +434,11 @@ def _smi_gpu(index: int, row: dict[str, str], line: str) -> dict[str, int]:
         )
     used = total - free if used is None else used
     free = total - used if free is None else free
-    return {"index": index, "total_mib": total, "used_mib": used, "free_mib": max(0, free)}
+    out: dict[str, Any] = {"index": index, "total_mib": total, "used_mib": used, "free_mib": max(0, free)}
+    return {**out, "description": row["name"]} if row.get("name") else out
 
 
-def parse_nvidia_smi(text: str, fields: Sequence[str] = ("memory.total", "memory.used")) -> list[dict[str, int]]:
+def parse_nvidia_smi(text: str, fields: Sequence[str] = ("memory.total", "memory.used")) -> list[dict[str, Any]]:
     """Parse ``nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]``, one GPU a line.
 
     Without a header the columns are ``fields`` (default: total, used, as ``--nvidia-smi-output`` documents);
@@ -366,7 +453,7 @@ def parse_nvidia_smi(text: str, fields: Sequence[str] = ("memory.total", "memory
             f"nvidia-smi output has no memory.total column ({', '.join(names)}); query "
             "--query-gpu=memory.total,memory.used or pass --memory-mib"
         )
-    gpus: list[dict[str, int]] = []
+    gpus: list[dict[str, Any]] = []
     for line, cells in rows:
         if len(cells) != len(names):
             raise FitError(
@@ -432,9 +519,13 @@ def _run(cmd: list[str]) -> str:
     return run.stdout
 
 
-def gpu_memory(gpus: list[dict[str, int]], source: str) -> Memory:
+def gpu_memory(gpus: list[dict[str, Any]], source: str, prefix: str = "") -> Memory:
+    """GPU memory summed over ``gpus``; each keeps its own figures (the per-device fit), named ``<prefix><i>`` as
+    ggml names the backend's devices (CUDA0, CUDA1) where the tool that listed them gave no name."""
+    named = [{**g, "name": g.get("name") or f"{prefix}{i}"} if prefix or g.get("name") else dict(g)
+             for i, g in enumerate(gpus)]
     return Memory("GPU", sum(g["free_mib"] for g in gpus) * MIB, sum(g["total_mib"] for g in gpus) * MIB,
-                  source, gpus)
+                  source, named)
 
 
 def devices_memory(backend: str, list_devices_output: str) -> Memory:
@@ -443,25 +534,53 @@ def devices_memory(backend: str, list_devices_output: str) -> Memory:
         devs = require_device(backend, parse_list_devices(list_devices_output), list_devices_output)
     except DeviceError as exc:
         raise FitError(f"{exc}; or pass --memory-mib") from None
-    return gpu_memory([{"total_mib": d.total_mib, "free_mib": d.free_mib} for d in devs],
-                      f"llama-server {LIST_DEVICES_FLAG}")
+    return gpu_memory([{"name": d.name, "description": d.description, "total_mib": d.total_mib,
+                        "free_mib": d.free_mib} for d in devs], f"llama-server {LIST_DEVICES_FLAG}")
+
+
+def parse_device_mib(text: str) -> list[dict[str, Any]]:
+    """``CUDA0=32000,CUDA1=24000``: each device's free memory in MiB, as the operator gives it."""
+    gpus: list[dict[str, Any]] = []
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        name, eq, mib = part.partition("=")
+        try:
+            value = float(mib) if eq else -1.0
+        except ValueError:
+            value = -1.0
+        if not name.strip() or value < 0:
+            raise FitError(f"--device-mib {text!r}: {part!r} is not NAME=MiB; give each device's free memory as "
+                           f"llama-server {LIST_DEVICES_FLAG} names it (CUDA0=32000,CUDA1=24000)")
+        if any(g["name"] == name.strip() for g in gpus):
+            raise FitError(f"--device-mib {text!r}: {name.strip()} is given twice; give each device once")
+        gpus.append({"name": name.strip(), "total_mib": int(value), "free_mib": int(value)})
+    if not gpus:
+        raise FitError("--device-mib names no device; give NAME=MiB for each (CUDA0=32000,CUDA1=24000)")
+    return gpus
+
+
+# how ggml names a backend's devices, where nvidia-smi or rocm-smi listed them by index
+_SMI_PREFIX = {"cuda": "CUDA", "rocm": "ROCm", "hip": "ROCm"}
 
 
 def measure_memory(backend: str, basis: str = "available", *, memory_mib: float | None = None,
-                   nvidia_smi_output: str | None = None, list_devices_output: str | None = None) -> Memory:
+                   nvidia_smi_output: str | None = None, list_devices_output: str | None = None,
+                   device_mib: str | None = None) -> Memory:
     backend = backend.lower()
     kind = "GPU" if backend in GPU_BACKENDS or list_devices_output is not None else "host RAM"
+    prefix = _SMI_PREFIX.get(backend, "CUDA")
+    if device_mib is not None:
+        return gpu_memory(parse_device_mib(device_mib), "given (--device-mib)")
     if memory_mib is not None:
         return Memory(kind, int(memory_mib * MIB), int(memory_mib * MIB), "given (--memory-mib)")
     if nvidia_smi_output is not None:
-        return gpu_memory(parse_nvidia_smi(nvidia_smi_output), "nvidia-smi output given")
+        return gpu_memory(parse_nvidia_smi(nvidia_smi_output), "nvidia-smi output given", prefix)
     if list_devices_output is not None:
         return devices_memory(backend, list_devices_output)
     if backend == "cuda":
         q = ["nvidia-smi", f"--query-gpu={','.join(NVIDIA_FIELDS)}", "--format=csv,noheader,nounits"]
-        return gpu_memory(parse_nvidia_smi(_run(q), NVIDIA_FIELDS), "nvidia-smi")
+        return gpu_memory(parse_nvidia_smi(_run(q), NVIDIA_FIELDS), "nvidia-smi", prefix)
     if backend in ("rocm", "hip"):
-        return gpu_memory(parse_rocm_smi(_run(["rocm-smi", "--showmeminfo", "vram", "--json"])), "rocm-smi")
+        return gpu_memory(parse_rocm_smi(_run(["rocm-smi", "--showmeminfo", "vram", "--json"])), "rocm-smi", prefix)
     vm = psutil.virtual_memory()
     avail = vm.total if basis == "total" else vm.available
     return Memory("host RAM", int(avail), int(vm.total), f"psutil ({basis})")
@@ -505,7 +624,328 @@ def _kind_items(tshape: ModelShape, dshape: ModelShape | None, params: FitParams
     return out
 
 
-def estimate(target: str | Path, draft: str | Path | None, params: FitParams, memory: Memory) -> FitReport:
+# ---- per device ----------------------------------------------------------------------------------------------------
+CPU = -1  # layer_devices' index of a layer llama.cpp keeps on the CPU
+
+
+def layer_devices(n_layer: int, split: Sequence[float], n_gpu_layers: int | None = None) -> list[int]:
+    """The device (an index into ``split``) of each layer 0..n_layer-1 and, last, of the output layer, as llama.cpp
+    assigns them (llama_model_base::load_tensors at 0c1e57098, ``--split-mode layer``): the split's cumulative
+    fractions in float32, layer ``il`` to the first device whose fraction exceeds ``(il - i_gpu_start) /
+    act_gpu_layers`` (std::upper_bound), the output layer counted as layer ``n_layer``. ``n_gpu_layers`` (-ngl; None
+    or negative: all, plus the output layer) keeps the first layers on the CPU (:data:`CPU`)."""
+    f32 = np.float32
+    cum: list[Any] = []
+    total = f32(0)
+    for part in split:
+        total = f32(total + f32(part))
+        cum.append(total)
+    cum = [f32(c / total) for c in cum] if total > 0 else cum
+    n_gpu = n_layer + 1 if n_gpu_layers is None or n_gpu_layers < 0 else n_gpu_layers
+    start = max(n_layer + 1 - n_gpu, 0)
+    active = min(n_gpu, n_layer + 1) if split else 0
+    out = []
+    for il in range(n_layer + 1):
+        if il < start or il - start >= active:
+            out.append(CPU)
+            continue
+        out.append(min(bisect.bisect_right(cum, f32(f32(il - start) / f32(active))), len(split) - 1))
+    return out
+
+
+def gpu_layers(value: Any) -> int | None:
+    """-ngl / -ngld as a count: None for all (auto, all, unset, negative: the fit assumes every layer offloaded,
+    as the GPU profiles deploy), else the number."""
+    text = str(value).strip().lower() if value is not None else ""
+    if text in ("", "auto", "all") or not text.lstrip("+-").isdigit():
+        return None
+    return None if int(text) < 0 else int(text)
+
+
+@dataclass(frozen=True)
+class DeviceFree:
+    """One device's memory, as nvidia-smi, ``--list-devices`` or the operator (``--device-mib``) gives it."""
+
+    name: str
+    free: int  # bytes
+    total: int
+    description: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.description})" if self.description else self.name
+
+
+def memory_devices(memory: Memory) -> list[DeviceFree]:
+    """The named devices of a GPU memory measurement ([] for host RAM or one given number)."""
+    if memory.kind != "GPU":
+        return []
+    return [DeviceFree(str(d["name"]), int(d["free_mib"]) * MIB, int(d.get("total_mib", d["free_mib"])) * MIB,
+                       str(d.get("description") or "")) for d in memory.devices if d.get("name")]
+
+
+@dataclass
+class Placement:
+    """Where llama.cpp puts the models: the target's devices and split, the draft's; ``chosen`` says what the fit
+    filled in where the settings left it open."""
+
+    devices: tuple[str, ...]
+    split: tuple[float, ...]  # as llama.cpp takes it: the given proportions, or each device's free bytes
+    split_mode: str = "layer"
+    split_text: str = ""  # the split as -ts would give it (free memory in MiB where the fit chose it)
+    draft_devices: tuple[str, ...] = ()
+    draft_split: tuple[float, ...] = ()
+    ngl: int | None = None
+    draft_ngl: int | None = None
+    chosen: dict[str, str] = field(default_factory=dict)  # knob name -> why (what specops or llama.cpp picked)
+    layers: list[int] = field(default_factory=list)  # layer_devices of the target (indices into devices)
+    draft_layers: list[int] = field(default_factory=list)  # of the draft (indices into draft_devices)
+
+    def args(self, draft: bool) -> list[str]:
+        """The llama-server arguments that pin this placement (the devices, the split, the draft's devices)."""
+        out = [knob("device").flag, ",".join(self.devices) or "none"]
+        if len(self.devices) > 1:
+            out += [knob("tensor_split").flag, self.split_text]
+        if self.split_mode != "layer":
+            out += [knob("split_mode").flag, self.split_mode]
+        if draft:
+            out += [knob("draft_device").flag, ",".join(self.draft_devices) or "none"]
+        return out
+
+    def as_dict(self, draft: bool) -> dict[str, Any]:
+        return {"devices": list(self.devices), "tensor_split": self.split_text, "split_mode": self.split_mode,
+                "draft_devices": list(self.draft_devices) if draft else None, "chosen": self.chosen,
+                "args": self.args(draft)}
+
+
+@dataclass
+class DeviceRow:
+    """What one device would hold and what it has."""
+
+    device: DeviceFree
+    items: list[Item] = field(default_factory=list)
+    margin: int = 0
+
+    @property
+    def needed(self) -> int:
+        return sum(i.bytes for i in self.items)
+
+    @property
+    def fits(self) -> bool:
+        return self.needed + self.margin <= self.device.free
+
+    @property
+    def spare(self) -> int:
+        return self.device.free - self.needed - self.margin
+
+    def get(self, component: str) -> int:
+        return sum(i.bytes for i in self.items if i.component == component)
+
+    def as_dict(self) -> dict[str, Any]:
+        mib = lambda b: round(b / MIB, 2)  # noqa: E731
+        return {"name": self.device.name, "description": self.device.description, "free_mib": mib(self.device.free),
+                "total_mib": mib(self.device.total), "needed_mib": mib(self.needed), "margin_mib": mib(self.margin),
+                "fits": self.fits, "items": [{"component": i.component, "mib": mib(i.bytes), "bytes": i.bytes,
+                                              "detail": i.detail} for i in self.items]}
+
+
+def _span(layers: list[int]) -> str:
+    """``0-39`` (or ``0-3, 7``) for sorted layer indices."""
+    runs: list[str] = []
+    start = prev = None
+    for il in [*layers, None]:
+        if il is not None and prev is not None and il == prev + 1:
+            prev = il
+            continue
+        if start is not None:
+            runs.append(f"{start}" if start == prev else f"{start}-{prev}")
+        start = prev = il
+    return ", ".join(runs)
+
+
+def _settings(params: FitParams) -> dict[str, Any]:
+    return {name: getattr(params, name) for name in PLACEMENT}
+
+
+def _model_devices(names: tuple[str, ...], mode: str, main_gpu: int) -> tuple[str, ...]:
+    """The devices a model is loaded on: with split mode none, the main GPU's alone (llama_model_load_from_file)."""
+    if mode == "none" and names:
+        return (names[min(max(main_gpu, 0), len(names) - 1)],)
+    return names
+
+
+def placement(params: FitParams, devices: list[DeviceFree], tshape: ModelShape, source: str = "") -> Placement:
+    """The target's placement the settings ask for on ``devices`` (their problems refused in one line, nothing
+    changed): its devices (``device``, else every device listed), its split (``tensor_split``, else each device's
+    free memory, as llama.cpp splits by default) and each layer's device by llama.cpp's rule; the draft's devices
+    where ``draft_device`` names them (:func:`place_draft` fills in the rest once the target's share is known)."""
+    listed = [d.name for d in devices]
+    problem = placement_problem(_settings(params), listed, source=source)
+    if problem:
+        raise FitError(problem)
+    free = {d.name: d.free for d in devices}
+    chosen: dict[str, str] = {}
+    names = device_list(params.device)
+    if names is None:
+        names = tuple(listed)
+        chosen["device"] = "every device listed, llama.cpp's default"
+    mode = str(params.split_mode or "layer")
+    names = _model_devices(names, mode, int(params.main_gpu or 0))
+    parts = split_parts(params.tensor_split)
+    text = str(params.tensor_split or "")
+    if parts is None or mode == "none":
+        parts = tuple(float(free[n]) for n in names)  # llama.cpp: each device's free bytes, as float
+        text = ",".join(f"{free[n] // MIB}" for n in names)
+        if len(names) > 1:
+            chosen["tensor_split"] = "each device's free MiB, llama.cpp's default"
+    layers = layer_devices(tshape.n_layer, parts, gpu_layers(params.ngl)) if names else [CPU] * (tshape.n_layer + 1)
+    if params.tensor_split is not None and mode != "none":
+        empty = [n for i, n in enumerate(names) if i not in layers]
+        if empty:
+            counts = ", ".join(f"{n}: {layers.count(i)}" for i, n in enumerate(names))
+            raise FitError(f"tensor_split={params.tensor_split!r} leaves {', '.join(empty)} no layer of the target's "
+                           f"{tshape.n_layer} (llama.cpp places whole layers, the output layer counted: {counts}); "
+                           f"raise {'its part' if len(empty) == 1 else 'their parts'} or leave "
+                           f"{'it' if len(empty) == 1 else 'them'} out of device")
+    return Placement(names, parts, mode, text, ngl=gpu_layers(params.ngl), draft_ngl=gpu_layers(params.draft_ngl),
+                     chosen=chosen, layers=layers)
+
+
+def _target_items(row: DeviceRow, i: int, place: Placement, s: ModelShape, params: FitParams, cells: int,
+                  members: set[str]) -> None:
+    """The target's share of device ``i``: its layers' weights and KV, the output layer, the compute buffer."""
+    held = [il for il in range(s.n_layer) if place.layers[il] == i]
+    output = place.layers[s.n_layer] == i
+    if not held and not output:
+        return
+    weights = s.layer_weights()
+    if place.split_mode in ("row", "tensor"):  # matrices split by rows over every device: its share of each
+        share = place.split[i] / sum(place.split)
+        row.items.append(Item("target layers", int(sum(weights) * share),
+                              f"{share:.0%} of every layer's weights (split mode {place.split_mode}, estimate)"))
+    else:
+        row.items.append(Item("target layers", sum(weights[il] for il in held),
+                              f"layers {_span(held)} ({len(held)} of {s.n_layer})" if held else "no layer"))
+    if output:
+        row.items.append(Item("target output layer", s.output_weights(), "output matrix and norm" +
+                              (" (tied: a copy of the input embedding)" if s.tied else "")))
+    kv_layers = [il for il in s.kv_layers() if place.layers[il] == i]
+    if kv_layers:
+        row.items.append(_kv_item("target KV cache", s, cells, params.cache_type_k, params.cache_type_v, kv_layers))
+    recurrent = [il for il in held if il < len(s.recurrent) and s.recurrent[il]]
+    if recurrent:
+        snaps = params.draft_n_max if members & set(ROLLBACK_TYPES) else 0
+        rows = max(1, params.parallel) * (1 + snaps)
+        row.items.append(Item("target recurrent state", 4 * len(recurrent) * rows * (s.n_embd_r + s.n_embd_s),
+                              f"{len(recurrent)} recurrent layers × {rows} rows × f32"))
+    mtp = [il for il in s.kv_layers(mtp=True) if place.layers[il] == i] if "draft-mtp" in members else []
+    if mtp and s.n_nextn > 0:
+        row.items.append(_kv_item("MTP KV cache", s, cells, params.cache_type_k, params.cache_type_v, mtp))
+    row.items.append(Item("target compute", s.compute_bytes(cells, params.ubatch_size, params.flash_attn),
+                          f"ubatch {params.ubatch_size} (estimate, as on one device)"))
+    if output and "draft-mtp" in members and s.n_nextn > 0:
+        row.items.append(Item("MTP compute", s.compute_bytes(cells, params.ubatch_size, params.flash_attn),
+                              "the MTP context's own compute buffer (estimate, as the target's)"))
+
+
+def place_draft(params: FitParams, place: Placement, rows: list[DeviceRow], dshape: ModelShape) -> None:
+    """The draft's devices and split: ``draft_device`` where given (split by ``tensor_split``'s first parts, else by
+    each device's room left after the target, as llama.cpp measures free memory when it loads the draft), else, on
+    one device, the target's; on more, the one with the most room left after the target (specops's default:
+    llama.cpp would split the draft like the target, so the fit's advice pins it with the draft device flag)."""
+    room = {r.device.name: r.device.free - r.needed for r in rows}
+    names = device_list(params.draft_device)
+    mode = place.split_mode
+    if names is None:
+        if len(place.devices) > 1:
+            best = max(place.devices, key=lambda n: room[n])  # the first of equals, as max keeps
+            names = (best,)
+            place.chosen["draft_device"] = (f"the most room after the target, {room[best] / MIB:,.0f} MiB: "
+                                            "specops's default")
+        else:
+            names = place.devices
+    elif len(names) == 1:
+        mode = "layer"  # common_base_params_to_speculative: a draft on one device needs no split mode
+    names = _model_devices(names, mode, int(params.main_gpu or 0))
+    given = split_parts(params.tensor_split)
+    parts = (given[:len(names)] if given is not None and len(given) >= len(names) and any(given[:len(names)])
+             else tuple(float(max(room.get(n, 0), 0)) or 1.0 for n in names))
+    place.draft_devices, place.draft_split = names, parts
+    place.draft_layers = (layer_devices(dshape.n_layer, parts, place.draft_ngl) if names
+                          else [CPU] * (dshape.n_layer + 1))
+
+
+def _draft_items(row: DeviceRow, i: int, place: Placement, s: ModelShape, params: FitParams, cells: int) -> None:
+    held = [il for il in range(s.n_layer) if place.draft_layers[il] == i]
+    output = place.draft_layers[s.n_layer] == i
+    if not held and not output:
+        return
+    weights = s.layer_weights()
+    row.items.append(Item("draft weights", sum(weights[il] for il in held) + (s.output_weights() if output else 0),
+                          f"{Path(s.path).name}: layers {_span(held) or 'none'}" + (" and the output layer"
+                                                                                     if output else "")))
+    kv_layers = [il for il in s.kv_layers() if place.draft_layers[il] == i]
+    if kv_layers:
+        row.items.append(_kv_item("draft KV cache", s, cells, params.draft_cache_type_k, params.draft_cache_type_v,
+                                  kv_layers))
+    row.items.append(Item("draft compute", s.compute_bytes(cells, params.ubatch_size, params.flash_attn),
+                          f"ubatch {params.ubatch_size} (estimate)"))
+    if output and s.arch == EAGLE3_ARCH:
+        row.items.append(Item("draft logits (EAGLE-3)", 2 * s.n_vocab * params.ubatch_size * 4,
+                              "logits for a whole ubatch in its compute buffer"))
+
+
+def fit_devices(tshape: ModelShape, dshape: ModelShape | None, params: FitParams, devices: list[DeviceFree],
+                cells: int, source: str = "") -> tuple[Placement, list[DeviceRow]]:
+    """Each device against its own free memory: the target's layers on it (whole layers, llama.cpp's split), their
+    KV cells, the compute buffer it reserves, the output layer where it lands, the draft (and its KV) where it is
+    placed, and the runtime's own share (the CUDA context, cuBLAS and pools: :data:`GPU_OVERHEAD` on every device the
+    process uses). Bad placement settings are refused in one line (:class:`FitError`); the rows' margins are
+    ``params.margin`` of each device's own need."""
+    place = placement(params, devices, tshape, source)
+    members = set(spec_type_members(params.spec_type))
+    rows = [DeviceRow(d) for d in devices]
+    index = {n: i for i, n in enumerate(place.devices)}
+    for row in rows:
+        if row.device.name in index:
+            _target_items(row, index[row.device.name], place, tshape, params, cells, members)
+    for row in rows:  # the runtime where the target is: before the draft's device is picked by the room left
+        if row.items:
+            row.items.append(Item("runtime overhead", GPU_OVERHEAD, "CUDA context, cuBLAS and pools (per device)"))
+    if dshape is not None:
+        place_draft(params, place, rows, dshape)
+        draft_index = {n: i for i, n in enumerate(place.draft_devices)}
+        for row in rows:
+            if row.device.name in draft_index:
+                had = bool(row.items)
+                _draft_items(row, draft_index[row.device.name], place, dshape, params, cells)
+                if row.items and not had:
+                    row.items.append(Item("runtime overhead", GPU_OVERHEAD,
+                                          "CUDA context, cuBLAS and pools (per device)"))
+    for row in rows:
+        row.margin = parse_margin(params.margin, row.needed) if row.items else 0
+    return place, rows
+
+
+def overflow_line(rows: list[DeviceRow], pool_free: int) -> str | None:
+    """The device that overflows most, in one line: what it would hold and what it has; None when all fit."""
+    over = [r for r in rows if not r.fits]
+    if not over:
+        return None
+    r = min(over, key=lambda r: r.spare)
+    held = ", ".join(f"{i.component} {i.bytes / MIB:,.0f}" for i in r.items if i.bytes >= MIB // 2)
+    total = sum(x.needed + x.margin for x in rows)
+    whole = (f"; all devices together would hold {total / MIB:,.0f} MiB of {pool_free / MIB:,.0f} MiB free"
+             + (" (the sum fits, this device does not)" if total <= pool_free else ""))
+    return (f"{r.device.label} would hold {r.needed / MIB:,.0f} MiB ({held}) + {r.margin / MIB:,.0f} MiB margin and "
+            f"has {r.device.free / MIB:,.0f} MiB free{whole}")
+
+
+def estimate(target: str | Path, draft: str | Path | None, params: FitParams, memory: Memory,
+             per_device: bool = False) -> FitReport:
+    """The memory ``target`` and ``draft`` need with ``params``, against ``memory`` as one pool; ``per_device``: also
+    each device against its own free memory (:func:`fit_devices`) where the memory names more than one device or the
+    placement settings ask for one, and that decides whether it fits."""
     for t in (params.cache_type_k, params.cache_type_v, params.draft_cache_type_k, params.draft_cache_type_v):
         cache_type_bytes(t)
     if params.parallel < 1 or params.ctx_size < 0 or params.ubatch_size < 1:
@@ -556,7 +996,42 @@ def estimate(target: str | Path, draft: str | Path | None, params: FitParams, me
     if n_ctx > tshape.context_length > 0:
         notes.append(f"{_C} {n_ctx} exceeds the target's training context {tshape.context_length}")
     needed = sum(i.bytes for i in items)
-    return FitReport(items, needed, parse_margin(params.margin, needed), memory, params, notes)
+    report = FitReport(items, needed, parse_margin(params.margin, needed), memory, params, notes)
+    if per_device:
+        _per_device(report, tshape, dshape, cells)
+    return report
+
+
+def _per_device(report: FitReport, tshape: ModelShape, dshape: ModelShape | None, cells: int) -> None:
+    """The per-device fit into ``report`` where it applies: a GPU measurement naming more than one device, or any
+    naming one with placement settings given. Placement settings with no device to place on are refused (host RAM:
+    a CPU build lists none); with one number for all GPU memory (--memory-mib) they are noted, not checked."""
+    params, memory = report.params, report.memory
+    given = placement_set({name: getattr(params, name) for name in PLACEMENT})
+    devices = memory_devices(memory)
+    if memory.kind != "GPU" and given:
+        problem = placement_problem({name: getattr(params, name) for name in PLACEMENT}, [],
+                                    source=f"{memory.kind}, {memory.source}")
+        raise FitError(f"{problem}; or fit the GPU build's memory (--backend cuda, --device-mib, --devices-output)")
+    if not devices:
+        if given:
+            report.notes.append(f"placement ({', '.join(given)}) not checked per device: {memory.source} is one "
+                                "number for all GPU memory; give each device's (--device-mib CUDA0=MiB,CUDA1=MiB)")
+        return
+    if len(devices) < 2 and not given:
+        return
+    report.placement, report.devices = fit_devices(tshape, dshape, params, devices, cells, memory.source)
+    report.draft = dshape is not None
+    if "nvidia-smi" in memory.source and len(devices) > 1:
+        report.notes.append("device names follow nvidia-smi's order (CUDA0 = its first GPU); CUDA numbers devices "
+                            f"fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID: llama-server {LIST_DEVICES_FLAG} "
+                            "(--devices-output) names them as llama.cpp does")
+    if not report.fits and "tensor_split" in report.placement.chosen:
+        report.notes.append("the split is llama.cpp's default; its own fit (on by default) may move layers itself "
+                            "where it projects a device over, to another device or to the CPU (slower): set "
+                            "tensor_split to decide where they go")
+    report.notes.append("per device: the compute buffer is the one-device estimate on each device that holds layers, "
+                        "and the logits (output buffers) and the input embedding stay in host memory")
 
 
 def render(report: FitReport) -> str:
@@ -574,8 +1049,20 @@ def render(report: FitReport) -> str:
         f"  {'margin':18} {report.margin / MIB:>10,.1f}  {p.margin}",
         f"  {'available':18} {m.available / MIB:>10,.1f}  {m.kind} of {m.total / MIB:,.0f} MiB, {m.source}",
     ]
+    if report.devices:
+        lines += ["", *render_devices(report)]
     lines += [f"note: {n}" for n in report.notes]
-    if report.fits:
+    if report.devices:
+        if report.fits:
+            least = min((r for r in report.devices if r.items), key=lambda r: r.spare, default=report.devices[0])
+            lines.append(f"result: fits on every device, {least.spare / MIB:,.0f} MiB to spare beyond the margin on "
+                         f"{least.device.name} (the least)")
+        else:
+            lines.append(f"result: DOES NOT FIT: {report.refusal}. Move layers off it ({knob('tensor_split').short()},"
+                         f" llama_server_tensor_split), put the draft on another device "
+                         f"({knob('draft_device').short()}, llama_server_draft_device), lower {_C} or quantize the "
+                         "KV cache")
+    elif report.fits:
         spare = m.available - report.needed - report.margin
         lines.append(f"result: fits, {spare / MIB:,.0f} MiB to spare beyond the margin")
     else:
@@ -584,6 +1071,40 @@ def render(report: FitReport) -> str:
                      f"Lower {_C} or {_NP}, quantize the KV cache (q8_0), pick smaller models, "
                      "or use a host with more memory")
     return "\n".join(lines)
+
+
+def render_devices(report: FitReport) -> list[str]:
+    """The per-device table: what each device would hold (MiB) against its own free memory, and the placement."""
+    place = report.placement
+    chosen = place.chosen
+    how = [f"split mode {place.split_mode}"]
+    if len(place.devices) > 1:
+        how.append(f"{knob('tensor_split').short()} {place.split_text}"
+                   + (f": {chosen['tensor_split']}" if "tensor_split" in chosen else ""))
+    if report.draft:
+        how.append(f"draft on {','.join(place.draft_devices) or 'the CPU'}"
+                   + (f": {chosen['draft_device']}" if "draft_device" in chosen else ""))
+    cols = ["target layers", "target output layer", "target KV cache", "target compute", "draft weights",
+            "draft KV cache", "draft compute", "runtime overhead"]
+    heads = ["weights", "output", "KV", "compute", "draft", "draft KV", "draft cmp", "runtime"]
+    other = {r.device.name: sum(i.bytes for i in r.items if i.component not in cols) for r in report.devices}
+    if any(other.values()):  # recurrent states, the MTP context, EAGLE-3's logits: the details in the JSON
+        heads.append("other")
+    width = max(8, *(len(r.device.name) for r in report.devices))
+    lines = [f"per device ({'; '.join(how)}):",
+             f"  {'device':{width}} {'free':>9} {'layers':>6} " + " ".join(f"{h:>9}" for h in heads)
+             + f" {'needed':>9} {'margin':>8} {'spare':>9}"]
+    for r in report.devices:
+        mine = place.devices.index(r.device.name) if r.device.name in place.devices else None
+        held = sum(1 for dev in place.layers[:-1] if mine is not None and dev == mine)
+        values = [r.get(c) for c in cols] + ([other[r.device.name]] if len(heads) > len(cols) else [])
+        lines.append(f"  {r.device.name:{width}} {r.device.free / MIB:>9,.0f} {held:>6} "
+                     + " ".join(f"{v / MIB:>9,.0f}" for v in values)
+                     + f" {r.needed / MIB:>9,.0f} {r.margin / MIB:>8,.0f} {r.spare / MIB:>9,.0f}"
+                     + ("" if r.fits else "  OVER"))
+    if chosen.get("draft_device") or chosen.get("tensor_split"):
+        lines.append(f"  placement the fit assumed, to pin it: {' '.join(place.args(report.draft))}")
+    return lines
 
 
 def print_error(exc: Exception, as_json: bool) -> int:

@@ -38,6 +38,9 @@ SPEC_TYPE_WORDS = ("auto", "none", "default")
 SPEC_TYPES = (*SPEC_TYPE_WORDS, *DRAFT_TYPES, *NGRAM_TYPES)
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 FLASH_ATTN = ("on", "off", "auto")
+SPLIT_MODES = ("none", "layer", "row", "tensor")  # --split-mode at 0c1e57098
+# the settings that place the models on devices (a build that lists no device refuses them)
+PLACEMENT = ("device", "draft_device", "tensor_split", "split_mode", "main_gpu")
 
 # llama-server invocations that are not settings
 HELP_FLAG = "--help"
@@ -248,7 +251,11 @@ KNOBS: tuple[Knob, ...] = (
          legacy=(), llama_default=0.1, low=0, high=1, render=DRAFT),
     Knob("draft_ngl", "raw", "draft layers on the GPU (a number, auto or all)",
          ("--spec-draft-ngl", "-ngld", "--gpu-layers-draft"), aliases=("--n-gpu-layers-draft",),
-         llama_default="auto", render=DRAFT),
+         llama_default="auto", fit=True, render=DRAFT),
+    Knob("draft_device", "str", "the draft model's devices, comma-separated as llama-server --list-devices names "
+         "them (CUDA0), or none (the draft stays on the CPU); llama.cpp: the target's devices, split like the target. "
+         "specops fit, left open on more than one device: the device with the most room after the target",
+         ("--spec-draft-device", "-devd", "--device-draft"), fit=True, render=DRAFT),
     Knob("draft_threads", "int", "draft model threads (llama.cpp: same as threads)",
          ("--spec-draft-threads", "-td", "--threads-draft"), bench=True, low=1, render=DRAFT),
     Knob("draft_threads_batch", "int", "draft model prompt-processing threads (llama.cpp: same as draft_threads)",
@@ -282,7 +289,18 @@ KNOBS: tuple[Knob, ...] = (
          "(P0,P1,...; specops bench/tune --synth-rates)", ("--spec-synth-rates",), legacy=(), role=False,
          render=SPECULATIVE),
     Knob("ngl", "raw", "target layers on the GPU (a number, auto or all)",
-         ("--gpu-layers", "-ngl", "--n-gpu-layers"), llama_default="auto"),
+         ("--gpu-layers", "-ngl", "--n-gpu-layers"), llama_default="auto", fit=True),
+    # ---- placement over devices (specops fit checks each device against its own free memory) -----------------------
+    Knob("device", "str", "the target's devices, comma-separated as llama-server --list-devices names them "
+         "(CUDA0,CUDA1), or none (no offload); unset: every GPU the build finds", ("--device", "-dev"), fit=True),
+    Knob("split_mode", "str", "how the target is split over its devices: layer (whole layers per device), row, "
+         "tensor, or none (main_gpu alone)", ("--split-mode", "-sm"), llama_default="layer",
+         choices=SPLIT_MODES, fit=True),
+    Knob("tensor_split", "str", "the target's share of each device, comma-separated proportions, one per device "
+         "(3,1); unset: proportional to each device's free memory (llama.cpp's default)",
+         ("--tensor-split", "-ts"), fit=True),
+    Knob("main_gpu", "int", "the device (an index into the target's devices) of split_mode none; of row's "
+         "intermediate results", ("--main-gpu", "-mg"), llama_default=0, low=0, fit=True),
     Knob("threads", "int", "generation threads", ("--threads", "-t"), llama_default=-1, bench=True,
          llama_bench="-t", low=1),
     Knob("threads_batch", "int", "prompt-processing threads (llama.cpp: same as threads)",

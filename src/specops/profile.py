@@ -10,6 +10,7 @@ import contextlib
 from dataclasses import asdict, field, fields, make_dataclass
 from typing import Any
 
+from specops.devices import placement_problem
 from specops.knobs import (
     CACHE_TYPES,
     DRAFT_MODEL_TYPES,
@@ -17,7 +18,9 @@ from specops.knobs import (
     FLASH_ATTN,
     KNOBS,
     NGRAM_TYPES,
+    PLACEMENT,
     SPEC_TYPES,
+    SPLIT_MODES,
     Knob,
     knob,
     ranges,
@@ -144,6 +147,12 @@ class _Profile:
                 raise ProfileError(f"{name} {value!r} is not one of {', '.join(CACHE_TYPES)}")
         if not isinstance(self.extra_args, list) or not all(isinstance(a, str) for a in self.extra_args):
             raise ProfileError("extra_args must be a list of strings")
+        if self.split_mode is not None and self.split_mode not in SPLIT_MODES:
+            raise ProfileError(f"split_mode {self.split_mode!r} is not one of {', '.join(SPLIT_MODES)}")
+        # the placement on its own (the devices a build lists are checked where they are known: specops fit)
+        problem = placement_problem({name: getattr(self, name) for name in PLACEMENT})
+        if problem:
+            raise ProfileError(problem)
 
 
 def profile_class(table: tuple[Knob, ...]) -> type:

@@ -1,5 +1,10 @@
 """``specops fit TARGET [DRAFT]``: do the models, their KV caches and compute buffers fit in memory?
 
+On more than one GPU (nvidia-smi's, ``--devices-output``'s or ``--device-mib``'s devices) each device is checked
+against its own free memory, with the placement the profile asks for (device, draft_device, tensor_split, split_mode,
+main_gpu) or llama.cpp's default split and the draft on the device with the most room: the per-device table, and a
+refusal naming the device that overflows.
+
 Exit status: 0 fits, 1 does not fit (with the margin), 2 bad input (missing/invalid GGUF, bad option,
 GPU memory that cannot be measured).
 """
@@ -71,6 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-mib", type=float, help="check against this much memory instead of measuring "
                    "(e.g. the deploy host's, from Ansible facts)")
     p.add_argument("--nvidia-smi-output", help="nvidia-smi CSV (total, used) captured on the deploy host")
+    p.add_argument("--device-mib", metavar="NAME=MIB,...",
+                   help=f"each device's free memory in MiB, named as llama-server {LIST_DEVICES_FLAG} names them "
+                        "(CUDA0=32000,CUDA1=24000): the per-device fit on those devices")
     p.add_argument("--devices-output", type=Path,
                    help=f"`llama-server {LIST_DEVICES_FLAG}` output captured on the deploy host: GPU memory of the "
                         "--backend's devices (works for vulkan, sycl, metal too)")
@@ -127,8 +135,9 @@ def run(args: argparse.Namespace) -> int:
         draft = args.draft if spec is None or uses_draft_model(spec) else None
         memory = measure_memory(args.backend, args.memory_basis, memory_mib=args.memory_mib,
                                 nvidia_smi_output=args.nvidia_smi_output,
-                                list_devices_output=args.devices_output.read_text() if args.devices_output else None)
-        report = estimate(args.target, draft, params, memory)
+                                list_devices_output=args.devices_output.read_text() if args.devices_output else None,
+                                device_mib=args.device_mib)
+        report = estimate(args.target, draft, params, memory, per_device=True)
     except (FitError, GGUFError, ProfileError, OSError, ValueError, yaml.YAMLError) as exc:
         return print_error(exc, args.json)
     return print_report(report, render(report), args.json)
