@@ -151,7 +151,7 @@ def judge(gap: float | None, spread: Spread | None) -> str:
 class Scorer:
     """Asks a plain llama-server for its prompt, tokens and log-probabilities."""
 
-    def __init__(self, http: httpx.Client, timeout: float = 120.0) -> None:
+    def __init__(self, http: httpx.Client, timeout: float = 600.0) -> None:
         self.http = http
         self.timeout = timeout
 
