@@ -91,6 +91,10 @@ class LlamaServerClient:
         except ValueError as exc:
             raise ServerError(f"POST {path}: invalid JSON: {resp.text[:200]!r}") from exc
 
+    def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Any:
+        """POST ``body`` to ``path``; the JSON answer (:class:`ServerError` for an HTTP error or no JSON)."""
+        return self._post_json(path, body, timeout)
+
     # ---- endpoints ---------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         """``{"status": "ok"}``; raises :class:`ServerError` while loading (503)."""

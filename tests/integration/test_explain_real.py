@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 
 from specops.bench import explain, identity
@@ -25,13 +24,11 @@ pytestmark = pytest.mark.integration
 
 def _plain(start_server) -> tuple[explain.Scorer, list[dict[str, str]], str]:
     server = start_server(spec_type="none", ctx_size=2048)
-    http = httpx.Client(base_url=server.base_url, timeout=120)
     task = next(t for t in load_tasks() if t.workload == "prose")
     messages = task.chat_messages()
-    r = http.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 64, "temperature": 0,
-                                                "cache_prompt": False})
-    r.raise_for_status()
-    return explain.Scorer(http), messages, r.json()["choices"][0]["message"]["content"]
+    assert server.client is not None
+    r = server.client.chat(messages, max_tokens=64, temperature=0, cache_prompt=False)
+    return explain.Scorer(server.client), messages, r["choices"][0]["message"]["content"]
 
 
 def test_a_wrong_token_where_plain_decoding_was_sure_is_a_change_and_a_close_call_is_judged_by_the_spread(
@@ -93,7 +90,8 @@ def test_real_ngram_mod_differences_one_near_tie_and_one_change(start_server) ->
     token, both log-probabilities and the verdict; under both rules the change is never served."""
     rec = json.loads(FIXTURE.read_text())
     server = start_server(spec_type="none", ctx_size=2048, threads=rec["threads"])
-    scorer = explain.Scorer(httpx.Client(base_url=server.base_url, timeout=300))
+    assert server.client is not None
+    scorer = explain.Scorer(server.client)
     tasks = {t.id: t for t in load_tasks()}
     got = {d["task"]: explain.explain(scorer, d["task"], tasks[d["task"]].chat_messages(), d["plain"], d["other"],
                                       None) for d in rec["differences"]}

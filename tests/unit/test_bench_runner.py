@@ -336,10 +336,10 @@ def test_a_difference_the_server_cannot_explain_is_said_and_disqualifies_under_t
     assert "output differs" in why and "rule equivalent" in why and "changes or unexplained" in why, why
     divs = raw["summary"]["ngram-simple"]["all"]["divergences"]
     assert divs and all(d["explained"]["verdict"] == "unexplained" for d in divs)
-    assert "/apply-template: not JSON" in divs[0]["explained"]["why"]
-    assert raw["spread"] == {"nats": None, "why": "/apply-template: not JSON"}  # tried once, said why
+    assert "POST /apply-template: invalid JSON" in divs[0]["explained"]["why"]
+    assert raw["spread"]["nats"] is None and raw["spread"]["why"].startswith("POST /apply-template: invalid JSON")
     md = (tmp_path / "report.md").read_text()
-    assert "output differs from plain decoding's (unexplained: /apply-template: not JSON)" in md
+    assert "output differs from plain decoding's (unexplained: POST /apply-template: invalid JSON" in md
 
 
 def test_identity_is_checked_on_more_answers_than_the_speed_needed_within_the_budget(

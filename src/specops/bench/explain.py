@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 from specops.bench.identity import CHANGE, NEAR_TIE, UNEXPLAINED
+from specops.client import LlamaServerClient, ServerError
 
 TOP_N = 20  # the top tokens asked for at a position (the other token is usually among them)
 STRIDE = 8  # probe every this many tokens: the batch scored is about this many rows (gemm and tiled paths)
@@ -151,21 +152,15 @@ def judge(gap: float | None, spread: Spread | None) -> str:
 class Scorer:
     """Asks a plain llama-server for its prompt, tokens and log-probabilities."""
 
-    def __init__(self, http: httpx.Client, timeout: float = 600.0) -> None:
-        self.http = http
+    def __init__(self, client: LlamaServerClient, timeout: float = 600.0) -> None:
+        self.client = client
         self.timeout = timeout
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         try:
-            resp = self.http.post(path, json=body, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise ExplainError(f"{path}: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code >= 400:
-            raise ExplainError(f"{path}: HTTP {resp.status_code}")
-        try:
-            return resp.json()
-        except ValueError as exc:
-            raise ExplainError(f"{path}: not JSON") from exc
+            return self.client.post(path, body, timeout=self.timeout)
+        except (ServerError, httpx.HTTPError) as exc:
+            raise ExplainError(str(exc).splitlines()[0][:200] or f"POST {path}: {type(exc).__name__}") from exc
 
     def prompt(self, messages: Sequence[dict[str, str]]) -> str:
         out = self._post("/apply-template", {"messages": list(messages)})

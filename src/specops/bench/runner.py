@@ -433,7 +433,7 @@ class Explainer:
                 continue
             if res.get("text") is None or res["text"] == plain["text"]:
                 continue
-            scorer = explain.Scorer(pool.loaded[BASELINE].http)
+            scorer = explain.Scorer(pool.loaded[BASELINE].client)
             spread = self._spread(scorer)
             out[name] = explain.explain(scorer, task.id, task.chat_messages(), plain["text"], res["text"],
                                         spread).to_dict()
