@@ -187,7 +187,7 @@ def test_a_held_back_type_is_measured_beside_one_that_pays_on_the_same_tasks() -
     assert d.running() == [MOD] and {st.stopped for st in d.status[simple].values()} == {"reserve"}
     replay(d, rates)
     assert simple in d.activated and "pay" in d.activated[simple], d.activated
-    assert d.serve_level() == pytest.approx(look_level(2))  # two candidates measured now: the error budget split
+    assert d.serve_level() == pytest.approx(look_level(2))  # the error budget split over both, from the start
     paired = set(d.task_ratios(simple)) & set(d.task_ratios(MOD))
     assert len(paired) >= 6
     flat = synthetic({"edit": 0.0, "prose": 0.0}, {"edit": 0.02, "prose": 0.02}, 10)

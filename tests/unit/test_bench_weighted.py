@@ -72,7 +72,7 @@ def test_at_two_or_three_tasks_the_degrees_of_freedom_are_satterthwaites_not_n_m
     Welch–Satterthwaite gives it 1.9, floored to 1 (t = 12.7). The rule takes the larger of the pooled and the own
     variance (here the own) at those degrees of freedom (issue 79 item 3): at n − K = 10 − 4 = 6 (t = 2.45, the rule
     of issue 61) the whole sample's degrees of freedom overstated what the edits' two tasks tell of their spread, and
-    the 95% interval covered 85–91% at 2–4 tasks a workload with the CPU tune's spreads."""
+    the 95% interval covered 83–91% at 2–4 tasks a workload with the CPU tune's spreads."""
     shares = dict.fromkeys(FEW, 1.0)
     terms = weighted.terms(plain(FEW), shares)
     var, df = rule(terms)

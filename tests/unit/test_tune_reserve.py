@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from specops import kinds
 from specops.bench.stats import Interval
 from specops.tune import decide, predict
 
@@ -30,7 +31,10 @@ def test_the_reserve_is_what_stays_open_in_llama_cpps_order() -> None:
 def test_a_tie_between_types_goes_to_llama_cpps_default_type() -> None:
     mod = decide.Measured("exact-ngram-mod", Interval(1.18, 1.02, 1.37, 12), True)
     simple = decide.Measured("exact-ngram-simple", Interval(1.25, 1.04, 1.50, 12), True)
-    choice = decide.choose([simple, mod])
+    # the tie rule at the figures' own level, 95%; the run's error budget (issue 79) reads these 12-task figures at
+    # 99.825% for two candidates, where neither is confidently faster
+    choice = decide.choose([simple, mod], level=0.95)
     assert choice.chosen == "exact-ngram-mod" and choice.tie == ("exact-ngram-mod", "exact-ngram-simple")
+    assert decide.choose([simple, mod]).chosen == kinds.PLAIN
     apart = decide.Measured("exact-ngram-simple", Interval(1.60, 1.45, 1.75, 12), True)
     assert decide.choose([apart, mod]).chosen == "exact-ngram-simple"

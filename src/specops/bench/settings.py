@@ -60,7 +60,7 @@ class BenchSettings:
     # specops tune: each workload's share (the traffic's mix, or the task set's own shares): a workload without one
     # is not measured, the blocks follow share × spread and the stops look at the whole figure (bench.design)
     shares: tuple[tuple[str, float], ...] = ()
-    whole_level: float = 0.99  # the whole figure's level for an early stop (a look after every block)
+    whole_level: float = 0.99  # the whole figure's level for a futility stop (its faster stop: the error budget's)
     reserve: tuple[str, ...] = ()  # with shares: arms held back until a measured one is on course to clear the margin
     half_width: float = 0.05
     aa_precision: float = 0.025

@@ -59,7 +59,7 @@ run's futility stops left prose 3 tasks against the edits' 6: V_pooled twice V_o
 Issue 79 item 3: the rule before it took df = n − K below :data:`WELCH_FROM`, and with 2–4 tasks a workload and
 spreads that differ a lot (the CPU tune's edits sd 0.16–0.25 on the log scale, its prose 0.01–0.05) that whole
 sample's degrees of freedom overstated what the dominant workload's few tasks tell of its spread: the 95% interval
-covered 85–91%, its misses leaning toward *faster* (a few edits that happen to agree read high and narrow). At
+covered 83–91%, its misses leaning toward *faster* (a few edits that happen to agree read high and narrow). At
 Satterthwaite's degrees of freedom it covers at least 94% there (``scripts/sim-error-budget``, docs/measurements.md,
 2026-12-07), at the price of width where the data are thin: at 2 tasks of the dominant workload, about one degree of
 freedom (t = 12.7), which is no decision at all, as it should be. ``scripts/sim-mix-coverage`` compares the rules at

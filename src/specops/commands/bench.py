@@ -133,8 +133,9 @@ def _method_args(p: argparse.ArgumentParser) -> None:
                         "the whole figure soonest, and the stops look at the whole figure, weighted by time; default: "
                         "none (the workloads take turns, each stopped on its own)")
     g.add_argument("--whole-level", type=float, default=D.whole_level, metavar="LEVEL",
-                   help="with --shares: the whole figure's confidence level for an early stop, looked at after every "
-                        "block (default 0.99: about Pocock's boundary for 10-20 looks)")
+                   help="with --shares: the whole figure's confidence level for a futility stop (slower, no gain), "
+                        "looked at after every block (default 0.99); its faster stop reads the run's error budget "
+                        "(one-sided 2.5%% over every look and candidate: 99.65%% for one candidate)")
     g.add_argument("--reserve", type=_strs, default=D.reserve, metavar="ARMS",
                    help="with --shares: arms of --arms held back (comma list, in order) until a measured one is on "
                         "course to clear 1 + --half-width, then measured beside it one at a time (specops tune: the "

@@ -165,26 +165,33 @@ def spread(iv: Interval, df: int | None = None, level: float | None = None) -> f
 
 
 def tasks_to_settle(iv: Interval, margin: float, most: int = 500, df: int | None = None,
-                    level: float | None = None) -> int | None:
+                    level: float | None = None, serve: float | None = None) -> int | None:
     """The tasks an undecided figure like ``iv`` would need to settle if its estimate and the tasks' spread held as
-    measured: its 95% half-width on the log scale, t·s/√n, below the distance to 1 (confidently faster) or to
-    1 + ``margin`` (confidently unable to gain it), whichever comes first (at least half of log(1 + margin) away:
-    every estimate settles at some size). The spread s is worked back out of ``iv`` with the quantile that built it
-    (:func:`spread`: ``df`` and ``level``, the builder's by default; issue 79 item 5: a mix's interval at n − K
-    degrees of freedom read back at n − 1 overstated s, and the tasks it needed), and n tasks ahead carry as many
-    degrees of freedom fewer than n as ``iv``'s do (n − 1, or a mix's n − K). The projection is at 95%, the level the
-    choice reads. None: no interval (fewer than two tasks), or not within ``most`` tasks."""
+    measured: its half-width on the log scale, t·s/√n, below the distance to 1 (confidently faster, at ``serve``: the
+    level the choice serves at, issue 79 item 1; None: :func:`specops.bench.design.look_level` of one candidate, the
+    least strict) or to 1 + ``margin`` (confidently unable to gain it, at 95%), whichever comes first (at least half
+    of log(1 + margin) away: every estimate settles at some size). The spread s is worked back out of ``iv`` with the
+    quantile that built it (:func:`spread`: ``df`` and ``level``, the builder's by default; issue 79 item 5: a mix's
+    interval at n − K degrees of freedom read back at n − 1 overstated s, and the tasks it needed), and n tasks ahead
+    carry as many degrees of freedom fewer than n as ``iv``'s do (n − 1, or a mix's). None: no interval (fewer than
+    two tasks), or not within ``most`` tasks."""
     dof = interval_df(iv) if df is None else df
     if not iv.has_ci or iv.n < 2 or iv.estimate <= 0 or dof < 1:
         return None
     s = spread(iv, dof, level)
     if s is None:
         return None
-    gap = max(math.log(iv.estimate), math.log(1 + margin) - math.log(iv.estimate))
-    if gap <= 0:
+    up, down = math.log(iv.estimate), math.log(1 + margin) - math.log(iv.estimate)
+    if max(up, down) <= 0:
         return None
+    at = look_level(1) if serve is None else serve
     lost = iv.n - dof  # the degrees of freedom the builder spends besides the tasks (1, or K for a mix)
-    return next((n for n in range(max(2, iv.n, lost + 1), most + 1) if t975(n - lost) * s / math.sqrt(n) < gap), None)
+
+    def settles(n: int) -> bool:
+        se = s / math.sqrt(n)
+        return t_quantile(at, n - lost) * se < up or t975(n - lost) * se < down
+
+    return next((n for n in range(max(2, iv.n, lost + 1), most + 1) if settles(n)), None)
 
 
 @dataclass(frozen=True)
@@ -289,7 +296,7 @@ def _unpaired_words(t: _Tie) -> str:
 
 
 def budget_words(level: float, candidates: int) -> str:
-    """How the serving level was set, for the reason: ``99.25% (the run's one-sided 2.5% for serving what does not
+    """How the serving level was set, for the reason: ``99.65% (the run's one-sided 2.5% for serving what does not
     pay, over 1 candidate, Pocock's boundary a look)``."""
     return (f"{level:.2%} (the run's one-sided {ALPHA:.1%} for serving what does not pay, over {candidates} "
             f"candidate{'s' if candidates != 1 else ''}, Pocock's boundary a look)")
@@ -305,7 +312,7 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     None: :func:`specops.bench.design.look_level` over the ``measured`` candidates, the level every look of the
     measurement read): one-sided 2.5% for serving a candidate whose true speedup is 1.00 or less over the whole run,
     split evenly over the candidates measured (Bonferroni) and spent at one level a look (Pocock's constant boundary),
-    the last look, this choice, held to the same level as the others (99.25% for one candidate, 99.75% for three); the
+    the last look, this choice, held to the same level as the others (99.65% for one candidate, 99.88% for three); the
     figures shown stay the 95% ones. Not wholly below 1 + ``margin`` (it may gain what deploying it is worth: a figure
     confidently under that is the bench's
     *no gain*, the tune's futility stop; two runs of the same tune otherwise chose a 1.03x [1.01, 1.05] in one and

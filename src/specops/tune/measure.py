@@ -3,10 +3,12 @@
 budget; the bench's results come back as a value (its report and results.json are still written to the work dir,
 for whoever reads them).
 
-The design stops for futility only (:data:`specops.bench.design.FUTILITY`): a candidate that cannot pay on a
-workload stops there after 3 tasks and the blocks go to the workloads still open, while a gain is measured on every
-task of its workload. Workloads then end with unequal task counts; the choice weighs them by the task set's shares
-(:mod:`specops.tune.choose`), not by how many of their tasks ran."""
+The design's ``stop_on`` names the futility stops only (:data:`specops.bench.design.FUTILITY`). With shares (every
+tune: the mix, or the task set's own) the stops look at the whole figure: a candidate that cannot pay stops
+everywhere, and one whose figure is confidently faster stops too, at the run's error budget (issue 79: one-sided 2.5%
+over every look and every candidate measured, the level the final choice reads as well, so a gain that first looks
+confident is held to what the choice would serve). Workloads end with unequal task counts; the choice weighs them by
+the task set's shares (:mod:`specops.tune.choose`), not by how many of their tasks ran."""
 
 from __future__ import annotations
 
@@ -32,12 +34,12 @@ def settings(s: Setup, args: argparse.Namespace, names: list[str], minutes: floa
     return BenchSettings(
         target=Path(args.target), llama_prefix=s.prefix, arms=",".join([*names, *(reserve or [])]), no_ceiling=True,
         budget=float(f"{minutes:.2f}"), limit_per_workload=args.limit_per_workload,
-        # futility only: after 3 tasks of a workload a candidate stops there when it is slower or cannot gain the
-        # bench's half-width (safe: such a stop can only leave plain decoding served on it), so the rest of the
-        # budget goes to the workloads still open; a gain that looks confident keeps running every task of its
-        # workload (a sample that stops when it first looks confidently faster overstates the confidence: the
-        # bench's default, 4 tasks and every stop, let a team's 12 edits decide on 4). Output that differs still
-        # stops it at once.
+        # futility only among the per-workload stops: after 3 tasks of every workload a candidate stops when its
+        # whole figure is slower or cannot gain the bench's half-width (safe: such a stop can only leave plain
+        # decoding served). The whole figure's faster stop is not a stop_on: it reads the run's error budget, the
+        # level the final choice reads (a sample that stops when it first looks confidently faster at 95% overstates
+        # the confidence: the bench's default, 4 tasks and every stop, let a team's 12 edits decide on 4). Output
+        # that differs still stops it at once.
         min_tasks=3, stop_on=tuple(s for s in STOPS if s in FUTILITY),  # in the bench's order: the plan records it
         max_tokens=args.max_tokens, ctx_size=args.ctx_size, work_dir=s.work / "measure", fresh=True,
         report=s.work / "measure.md", assets=s.work / "measure-assets", no_vars=True, rule=args.rule,
