@@ -493,6 +493,9 @@ def top_up(cfg: BenchConfig, design: Design, pool: Pool, store: ResultStore, exp
     stops at its first difference the rule does not allow. The answers go to ``identity.jsonl`` (never into the speed
     figures). Only a run with a budget tops up, within it (the tune always; a bench without one ends with its design).
     Returns how many answers were added."""
+    # at most half of what the budget has left: what follows the measurement (the figures at N streams, the report)
+    # keeps its reserve and the slack a run that ended early used to leave it
+    deadline = elapsed() + (cfg.budget_s - elapsed()) / 2 if cfg.budget_s is not None else None
     asked = {(r["arm"], r["task"]) for r in store.read(IDENTITY_FILE)}
     for rec in store.read("blocks.jsonl"):
         for arm in rec.get("arms") or ():
@@ -505,7 +508,7 @@ def top_up(cfg: BenchConfig, design: Design, pool: Pool, store: ResultStore, exp
         todo = [t for t in cfg.tasks if (arm, t.id) not in asked and t.workload in design.tasks]
         before = added
         for task in todo:
-            if cfg.budget_s is not None and elapsed() + 2 * each > cfg.budget_s:
+            if deadline is not None and elapsed() + 3 * each > deadline:
                 return added
             pool.sync([arm], 0)
             if arm not in pool.loaded:
@@ -548,6 +551,28 @@ def replay(design: Design, store: ResultStore) -> tuple[int, float]:
         rep = max(rep, b.rep)
         used = max(used, float(rec.get("elapsed_s", 0.0)))
     return rep, used
+
+
+def record_block(design: Design, pool: Pool, store: ResultStore, progress: Progress, block: Block,
+                 results: dict[str, dict[str, Any]], elapsed: float) -> dict[str, float | None]:
+    """A finished block into the design and blocks.jsonl (a server that failed is left out and stopped); returns
+    each server's decode rate."""
+    for name, res in results.items():
+        if "error" in res:
+            design.fail(name, res["error"])
+            store.append("blocks.jsonl", {"type": "fail", "arm": name, "why": res["error"]})
+            pool.stop(name)
+            progress.note(f"  {name} failed and is left out: {res['error']}")
+    tps = {a: (r.get("decode_tps") if "error" not in r else None) for a, r in results.items()}
+    design.add(block, tps, {a: r.get("text") for a, r in results.items() if "error" not in r},
+               weighted.request_seconds(results.get(BASELINE)), near_ties(results))
+    store.append("blocks.jsonl", {
+        "index": block.index, "rep": block.rep, "workload": block.workload, "task": block.task,
+        "arms": list(block.arms), "order": list(results), "elapsed_s": round(elapsed, 2),
+        **({"plan": design.why[block.index]} if block.index in design.why else {}),
+        "loadavg": os.getloadavg()[0], "results": results,
+    })
+    return tps
 
 
 def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: ResultStore, progress: Progress,
@@ -601,23 +626,8 @@ def run(cfg: BenchConfig, arms: Mapping[str, Arm], design: Design, store: Result
                 if explainer is not None:
                     for name, diff in explainer.block(pool, task, results).items():
                         results[name]["difference"] = diff
-                for name, res in results.items():
-                    if "error" in res:
-                        design.fail(name, res["error"])
-                        store.append("blocks.jsonl", {"type": "fail", "arm": name, "why": res["error"]})
-                        pool.stop(name)
-                        progress.note(f"  {name} failed and is left out: {res['error']}")
-                tps = {a: (r.get("decode_tps") if "error" not in r else None) for a, r in results.items()}
-                design.add(block, tps, {a: r.get("text") for a, r in results.items() if "error" not in r},
-                           weighted.request_seconds(results.get(BASELINE)), near_ties(results))
-                elapsed = clock() - t0
-                store.append("blocks.jsonl", {
-                    "index": block.index, "rep": rep, "workload": block.workload, "task": block.task,
-                    "arms": list(block.arms), "order": list(results), "elapsed_s": round(elapsed, 2),
-                    **({"plan": design.why[block.index]} if block.index in design.why else {}),
-                    "loadavg": os.getloadavg()[0], "results": results,
-                })
-                progress.block(design, block, tps, elapsed, cfg.budget_s, len(cfg.tasks))
+                tps = record_block(design, pool, store, progress, block, results, clock() - t0)
+                progress.block(design, block, tps, clock() - t0, cfg.budget_s, len(cfg.tasks))
             if ended == "budget":
                 break
             design.finish_rep(rep)

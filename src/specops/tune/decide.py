@@ -370,9 +370,21 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
                                         f"{level:.2%})" + (f"; {how}" if how else ""),
                       figures, (PLAIN, *names), settled, None, tuple(left), level=level)
     chosen = eligible[0]
-    lead = ties[-1].best
     rest = [m for m in tie if m is not chosen] or [m for m in usable if m is not chosen]
     runner = max(rest, key=lambda m: m.speedup.estimate).name if rest else None
+    reason = _chosen_reason(chosen, ties, eligible, best, level, budget, margin)
+    pair = paired(chosen.name, runner) if paired and runner else None
+    pair_text = f"{chosen.name} ÷ {runner} = {pair.fmt()} paired in the same blocks" if pair else None
+    return Choice(chosen.name, runner, reason, figures, names, True, pair_text, tuple(left), level=level)
+
+
+def _chosen_reason(chosen: Measured, ties: Sequence[_Tie], eligible: Sequence[Measured], best: Measured,
+                   level: float, budget: str, margin: float) -> str:
+    """Why ``chosen`` is served: its figure at the run's level, the tie it was the cheapest paying member of, and
+    who the paired ratios kept out."""
+    lead = ties[-1].best
+    tie = list(ties[-1].members)
+    names = tuple(m.name for m in tie)
     reason = (f"{chosen.name} {chosen.speedup.fmt()} against plain decoding, {chosen.speedup.n} tasks; "
               f"{at_level(chosen.speedup, level).fmt()} at {budget}")
     if len(ties) > 1:
@@ -392,8 +404,4 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
                    + (f" ({', '.join(unproven)} not: not confidently faster, or confidently under 1 + {margin:.0%})"
                       if unproven else ""))
     how = "; ".join(w for t in ties for w in (*t.out, _unpaired_words(t)) if w)
-    if how:
-        reason += f"; {how}"
-    pair = paired(chosen.name, runner) if paired and runner else None
-    pair_text = f"{chosen.name} ÷ {runner} = {pair.fmt()} paired in the same blocks" if pair else None
-    return Choice(chosen.name, runner, reason, figures, names, True, pair_text, tuple(left), level=level)
+    return f"{reason}; {how}" if how else reason
