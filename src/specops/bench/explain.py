@@ -34,6 +34,7 @@ import httpx
 
 from specops.bench.identity import CHANGE, NEAR_TIE, UNEXPLAINED
 from specops.client import LlamaServerClient, ServerError
+from specops.textdiff import first_difference
 
 TOP_N = 20  # the top tokens asked for at a position (the other token is usually among them)
 STRIDE = 8  # probe every this many tokens: the batch scored is about this many rows (gemm and tiled paths)
@@ -49,7 +50,6 @@ class Scored:
     """Log-probabilities of the top tokens at one position: ``{token id: (piece, logprob)}``."""
 
     top: dict[int, tuple[str, float]]
-    rows: int | None = None  # how many tokens the server evaluated for it (timings.prompt_n); 1 for a decode
     chosen: int | None = None  # the token greedy decoding chose there
 
     def logprob(self, tok: int) -> float | None:
@@ -83,10 +83,6 @@ class Spread:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Spread:
         return cls(float(d["nats"]), int(d["positions"]), int(d["answers"]), tuple(d.get("moves") or ()))
-
-    def describe(self) -> str:
-        return (f"a batch moved plain decoding's log-probability differences by up to {self.nats:.3f} nats "
-                f"({self.positions} positions of {self.answers} answer(s), batch against one-token decoding)")
 
 
 @dataclass(frozen=True)
@@ -196,16 +192,15 @@ class Scorer:
         probs = out.get("completion_probabilities") if isinstance(out, dict) else None
         if not isinstance(probs, list) or not probs:
             raise ExplainError("/completion: no completion_probabilities (n_probs) in the answer")
-        rows = (out.get("timings") or {}).get("prompt_n")
         res: list[Scored] = []
-        for i, p in enumerate(probs):
+        for p in probs:
             top = {}
             for t in p.get("top_logprobs") or []:
                 if isinstance(t.get("id"), int) and isinstance(t.get("logprob"), (int, float)):
                     top[t["id"]] = (str(t.get("token", "")), float(t["logprob"]))
             if not top:
                 raise ExplainError("/completion: no top_logprobs (a build without log-probabilities)")
-            res.append(Scored(top, rows if i == 0 else 1, p.get("id") if isinstance(p.get("id"), int) else None))
+            res.append(Scored(top, p.get("id") if isinstance(p.get("id"), int) else None))
         return res
 
     def own(self, prompt: str, ids: Sequence[int], upto: int) -> list[Scored]:
@@ -273,14 +268,6 @@ def batch_spread(scorer: Scorer, answers: Sequence[tuple[Sequence[dict[str, str]
     return Spread(max(moves), len(moves), used, tuple(moves))
 
 
-def first_token_difference(a: Sequence[tuple[int, str]], b: Sequence[tuple[int, str]]) -> int | None:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i][0] != b[i][0]:
-            return i
-    return None if len(a) == len(b) else n
-
-
 def explain(scorer: Scorer, task: str, messages: Sequence[dict[str, str]], plain: str, other: str,
             spread: Spread | None, stride: int = STRIDE) -> Difference:
     """One difference explained against plain decoding (the server ``scorer`` talks to), judged against the larger
@@ -291,7 +278,7 @@ def explain(scorer: Scorer, task: str, messages: Sequence[dict[str, str]], plain
     try:
         prompt = scorer.prompt(messages)
         a, b = scorer.tokens(plain), scorer.tokens(other)
-        k = first_token_difference(a, b)
+        k = first_difference([i for i, _ in a], [i for i, _ in b])
         if k is None:
             return Difference(task, UNEXPLAINED, "the two answers tokenize the same")
         if k >= len(a) or k >= len(b):
