@@ -9,7 +9,7 @@ specops.hostzip DIR`` with the checkout's src/ first on PYTHONPATH; the deploy l
     __main__.py            runs specops.host's dispatch (specops/host/__main__.py)
     specops/__init__.py    the package's own: it imports nothing
     specops/keyfile.py     the one reader of API key files (SHARED: every specops module the host code imports)
-    specops/host/*.py
+    specops/host/**/*.py   (the drain is a package: specops/host/drain/)
 
 Its members carry a fixed date, so the same sources make the same bytes; it is named by their digest
 (``host-scripts-<12 hex>.pyz``) and written whole under another name before it gets that one, so that runs from
@@ -35,7 +35,8 @@ def members(package: Path = PACKAGE) -> dict[str, bytes]:
     """Name in the zip -> content, for the package at ``package`` (a src/specops directory)."""
     found = {"__main__.py": MAIN}
     found.update({f"specops/{name}": (package / name).read_bytes() for name in SHARED})
-    found.update({f"specops/host/{p.name}": p.read_bytes() for p in sorted((package / "host").glob("*.py"))})
+    host = package / "host"   # its modules and its packages' (specops/host/drain/)
+    found.update({f"specops/host/{p.relative_to(host).as_posix()}": p.read_bytes() for p in sorted(host.rglob("*.py"))})
     return found
 
 

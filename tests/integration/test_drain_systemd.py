@@ -26,7 +26,7 @@ def test_a_unit_that_cannot_start_is_explained_in_one_line(labhost, late_journal
                              f" > /run/systemd/system/{UNIT}.service && systemctl daemon-reload"])
     hold = (f"pkill -STOP -x systemd-journal; (i=0; until systemctl is-failed -q {UNIT} || [ $i -ge 400 ];"
             " do sleep 0.05; i=$((i+1)); done; pkill -CONT -x systemd-journal) & " if late_journal else "")
-    scripts = ship_host_scripts(labhost)   # drain.py with the modules it shares, as the deploy runs it
+    scripts = ship_host_scripts(labhost)   # the drain with the modules it shares, as the deploy runs it
     try:
         proc = labhost.run(["sh", "-c", hold + f"exec python3 {scripts} drain --unit {UNIT} --url http://127.0.0.1:9"],
                            check=False)

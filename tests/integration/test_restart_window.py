@@ -3,7 +3,7 @@
 The hold after an idle look (issue 51 item 2: the drain's way where it cannot hold from its first moment): a
 request begun on purpose in the window between the drain's last look at idle slots and its hold is answered whole,
 and one that arrives during the hold is answered whole or refused (no answer at all), never cut. The window is
-opened on purpose with drain.py's ``--pause-after-look`` (it says on stderr when the look found idle slots and when
+opened on purpose with the drain's ``--pause-after-look`` (it says on stderr when the look found idle slots and when
 the hold began): the first client starts right after the look, the second once the hold began. Each way of holding
 is tried: socket filters on llama-server's sockets and the frozen look, both run through nsenter (outside the
 container's seccomp filter), and ``--hold filters`` run over SSH as the deploy ran it before issue 63 (under
@@ -34,7 +34,7 @@ from tests.lab import Stream, ship_host_scripts
 
 pytestmark = [pytest.mark.integration, pytest.mark.systemd]
 
-SCRIPTS = "/run/specops-drain-window.pyz"   # drain.py with the modules it shares, as the deploy ships them
+SCRIPTS = "/run/specops-drain-window.pyz"   # the drain with the modules it shares, as the deploy ships them
 ROWS: list[str] = []
 
 # one streamed completion (lab.CLIENT's request): whether it ended whole, the pieces it got, a refusal's status

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 from specops.host import drain
+from specops.host.drain import restart  # restart_held's module: its KEEPALIVE_S
 from tests.unit.hostcode import argv
 
 pytestmark = pytest.mark.skipif(not (hasattr(os, "pidfd_open") and hasattr(socket, "SO_REUSEPORT")),
@@ -367,7 +368,7 @@ def test_without_filters_a_kept_alive_connection_open_past_the_keepalive_bound_d
     monkeypatch.setenv("PATH", service.env["PATH"])
     for name in ("FAKE_STATE", "FAKE_PORT"):
         monkeypatch.setenv(name, service.env[name])
-    monkeypatch.setattr(drain, "KEEPALIVE_S", 0)                 # the bound: 2 s
+    monkeypatch.setattr(restart, "KEEPALIVE_S", 0)               # the bound: 2 s
     monkeypatch.setattr(drain.Doors, "close", lambda self, listeners=True: "no filters here (the test's)")
     time.sleep(0.5)
     pid = int((Path(service.env["FAKE_STATE"]) / "pid").read_text())

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 from specops.host import drain
+from specops.host.drain import afterlook  # hold_then_stop's module: its KEEPALIVE_S
 from tests.unit.hostcode import argv
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")
@@ -221,7 +222,7 @@ def test_past_the_bound_the_signal_goes_anyway_and_says_what_was_open(standin, m
     args = SimpleNamespace(pause_after_look=0, hold="filters", interval=0.05, grace=1, url=standin.url)
     out: dict = {}
     t0 = time.monotonic()
-    monkeypatch.setattr(drain, "KEEPALIVE_S", 0)   # the bound: 2 s from now
+    monkeypatch.setattr(afterlook, "KEEPALIVE_S", 0)   # the bound: 2 s from now
     busy, exited = drain.hold_then_stop(args, standin.proc.pid, standin.pidfd, standin.port, {},
                                         collections.deque([mine], maxlen=4), time.monotonic(), out)
     long.join(10)
@@ -267,7 +268,7 @@ def test_the_frozen_look_takes_a_connection_open_past_the_keepalive_bound_for_an
     scraper.start()
     time.sleep(0.3)
     _, mine = drain.look(standin.url, {})
-    monkeypatch.setattr(drain, "KEEPALIVE_S", 0)      # the kept-alive bound: 2 s from the hold
+    monkeypatch.setattr(afterlook, "KEEPALIVE_S", 0)      # the kept-alive bound: 2 s from the hold
     args = SimpleNamespace(pause_after_look=0, hold="freeze", interval=0.05, grace=5, url=standin.url)
     out: dict = {}
     try:

@@ -53,7 +53,8 @@ def allowed(module: str) -> bool:
 
 
 def host_modules() -> list[Path]:
-    return sorted(HOST.glob("*.py"))
+    """specops.host's modules, its packages' too (specops/host/drain/)."""
+    return sorted(HOST.rglob("*.py"))
 
 
 def test_the_host_code_imports_the_standard_library_and_itself_only():
@@ -83,13 +84,14 @@ def test_the_check_catches_what_it_must():
 
 
 def test_the_dispatch_knows_every_script():
-    """SCRIPTS (specops/host/__main__.py) is every module of specops.host with a ``main``: hostlib is none."""
-    scripts = set()
-    for p in host_modules():
+    """SCRIPTS (specops/host/__main__.py) is every module of specops.host with a ``main`` and every package of it
+    with a ``__main__`` (the drain): hostlib is none."""
+    scripts = {p.parent.name for p in HOST.glob("*/__main__.py")}
+    for p in sorted(HOST.glob("*.py")):
         tree = ast.parse(p.read_text())
         if p.stem != "__main__" and any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body):
             scripts.add(p.stem)
-    assert set(SCRIPTS) == scripts and "hostlib" not in scripts, scripts
+    assert set(SCRIPTS) == scripts and "hostlib" not in scripts and "drain" in scripts, scripts
 
 
 # ---- the zip, built as the role builds it, run by a python3 with the standard library only ------------------------
@@ -120,10 +122,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_zip_holds_the_host_code_and_the_modules_it_shares(built: Path):
     with zipfile.ZipFile(built) as zf:
         names = set(zf.namelist())
-        assert names == {"__main__.py", "specops/__init__.py", "specops/keyfile.py",
-                         *(f"specops/host/{p.name}" for p in host_modules())}, names
-        for p in host_modules():
-            assert zf.read(f"specops/host/{p.name}") == p.read_bytes(), p.name
+        inside = {f"specops/host/{p.relative_to(HOST).as_posix()}": p for p in host_modules()}
+        assert "specops/host/drain/__main__.py" in inside   # a package's modules too
+        assert names == {"__main__.py", "specops/__init__.py", "specops/keyfile.py", *inside}, names
+        for name, p in inside.items():
+            assert zf.read(name) == p.read_bytes(), name
     assert built.read_bytes().startswith(b"#!/usr/bin/env python3\n")
     assert hostzip.build(built.parent) == built   # the role's and the callback's builds name the same zip
 

@@ -114,7 +114,7 @@ HOST = REPO / "src" / "specops" / "host"
 def test_the_host_scripts_read_the_packages_module_not_a_copy() -> None:
     """No second key reader, no link to this one: the host code imports specops.keyfile, and the zip the deploy
     ships holds that very file."""
-    assert not [p for p in [*REPO.glob("roles/**/*.py"), *HOST.glob("*.py")] if p.name == "keyfile.py"]
+    assert not [p for p in [*REPO.glob("roles/**/*.py"), *HOST.rglob("*.py")] if p.name == "keyfile.py"]
     tree = ast.parse((REPO / "src" / "specops" / "keyfile.py").read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
@@ -125,7 +125,7 @@ def test_the_host_scripts_read_the_packages_module_not_a_copy() -> None:
 
 def _host_sources() -> dict[str, str]:
     """The host code's own files (specops.host)."""
-    return {p.relative_to(REPO).as_posix(): p.read_text() for p in sorted(HOST.glob("*.py"))}
+    return {p.relative_to(REPO).as_posix(): p.read_text() for p in sorted(HOST.rglob("*.py"))}
 
 
 def test_no_copy_of_the_shared_code_is_left_between_the_host_scripts() -> None:

@@ -124,7 +124,7 @@ OTHER_PROGRAMS = {
     "src/specops/host/haproxy_admin.py": (("--timeout",), ("roles/loadbalancer/tasks/drain.yml",)),
     "src/specops/host/host_facts.py": (("--port", "--path"), ("roles/llama_server/tasks/inputs.yml",
                                                               "roles/tabbyapi/tasks/inputs.yml")),
-    "src/specops/host/drain.py": (("--timeout", "--api-key-file"), ("roles/llama_server/tasks/restart.yml",
+    "src/specops/host/drain/cli.py": (("--timeout", "--api-key-file"), ("roles/llama_server/tasks/restart.yml",
                                                                     "roles/llama_server/tasks/speedgate.yml")),
     "src/specops/host/speed_probe.py": (("--timeout", "--api-key-file"), ("roles/llama_server/tasks/speedgate.yml",)),
     "src/specops/host/wait_healthy.py": (("--timeout",), ("roles/llama_server/tasks/rollback.yml",

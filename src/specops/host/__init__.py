@@ -1,7 +1,8 @@
 """The code the deploy runs on its hosts, with the host's own ``python3`` and the standard library only: it runs
 before the specops wheel is installed on a host, and on hosts where it never is (the builder, the load balancers).
 
-Each module but hostlib (what they share) is a script with a ``main``:
+Each module but hostlib (what they share, ``systemctl show`` included) is a script with a ``main``; the drain is
+a package of small modules (``python3 ZIP drain`` runs its ``__main__``):
 
 - ``host_facts``, ``disk_facts``: the first play's look at the host (API key file, ports, models; free disk);
 - ``unit_state``, ``wait_healthy``, ``drain``, ``probe``, ``speed_probe``: the service's restart, health wait,

@@ -1,5 +1,6 @@
 """What the host scripts share (standard library only): the API key header they send, how many of llama-server's
-slots are busy in a /slots answer, and the kernel's TCP tables (connections and listening sockets).
+slots are busy in a /slots answer, the kernel's TCP tables (connections and listening sockets), and a unit's
+properties as ``systemctl show`` gives them.
 
 The key comes from specops.keyfile (llama-server's own rule for --api-key-file, and the one reader of that file
 kind); both go to the host in the zip the deploy ships (specops.hostzip)."""
@@ -7,6 +8,7 @@ kind); both go to the host in the zip the deploy ships (specops.hostzip)."""
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 from typing import NamedTuple
 
@@ -71,3 +73,10 @@ def tcp_listeners(port: int, pid: int | None = None) -> list[Listener]:
         address = socket.inet_ntop(socket.AF_INET6 if v6 else socket.AF_INET, raw)
         found.append(Listener(address, v6, int(f[7]), int(f[9]), int(f[4].split(":")[1], 16)))
     return found
+
+
+def systemctl_show(unit: str, *names: str) -> dict[str, str]:
+    """``systemctl show -p NAME,... UNIT``: each property systemctl printed -> its value ({} where it printed none)."""
+    out = subprocess.run(["systemctl", "show", "-p", ",".join(names), unit], capture_output=True, text=True,
+                         check=False).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)

@@ -18,13 +18,12 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 
-from specops.host.hostlib import auth_headers
+from specops.host.hostlib import auth_headers, systemctl_show
 
 DRAFTED = re.compile(r"^llamacpp:spec_decode_num_draft_tokens_total(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 
@@ -45,9 +44,7 @@ def main_process(unit: str) -> tuple[int, str]:
     a PID reused by a later start reads differently. (0, "") without a unit."""
     if not unit:
         return 0, ""
-    out = subprocess.run(["systemctl", "show", "-p", "MainPID", "-p", "ExecMainStartTimestampMonotonic", unit],
-                         capture_output=True, text=True, check=False)
-    got = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    got = systemctl_show(unit, "MainPID", "ExecMainStartTimestampMonotonic")
     return int(got.get("MainPID") or 0), got.get("ExecMainStartTimestampMonotonic", "")
 
 

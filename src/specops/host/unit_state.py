@@ -20,14 +20,13 @@ import subprocess
 import sys
 
 from specops.host.files import look
+from specops.host.hostlib import systemctl_show
 
 ARGV = re.compile(r"argv\[\]=(.*?) ; ignore_errors=")
 
 
 def show(unit: str) -> dict:
-    out = subprocess.run(["systemctl", "show", "-p", "ActiveState,NeedDaemonReload,MainPID,InvocationID,ExecStart",
-                          unit], capture_output=True, text=True, check=False).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return systemctl_show(unit, "ActiveState", "NeedDaemonReload", "MainPID", "InvocationID", "ExecStart")
 
 
 def cmdline(pid: int) -> list[str] | None:

@@ -27,6 +27,8 @@ import time
 import urllib.error
 import urllib.request
 
+from specops.host.hostlib import systemctl_show
+
 MAX_CAUSE = 5
 JOURNAL_TAIL = 25
 # a line that says why: llama-server's errors and systemd's own lines about the unit
@@ -129,9 +131,8 @@ def journal_argv(unit: str, invocations: list[str], since: str, lines: int = 300
 
 
 def unit_state(unit: str) -> dict[str, str]:
-    out = subprocess.run(["systemctl", "show", "-p", "ActiveState,SubState,NRestarts,MainPID,Result,ExecMainCode,"
-                          "ExecMainStatus,InvocationID", unit], capture_output=True, text=True, check=False).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return systemctl_show(unit, "ActiveState", "SubState", "NRestarts", "MainPID", "Result", "ExecMainCode",
+                          "ExecMainStatus", "InvocationID")
 
 
 def journal_lines(unit: str, invocations: list[str], since: str, began: str | None = None) -> list[str]:
