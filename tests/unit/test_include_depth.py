@@ -25,13 +25,14 @@ pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
-PLAYBOOKS = [REPO / "deploy.yml", *sorted((REPO / "playbooks").glob("*.yml"))]
+# the play-level task files (playbooks/tasks/rollout.yml) are read as the plays that include them
+PLAYBOOKS = [REPO / "deploy.yml", *sorted((REPO / "playbooks").glob("*.yml")),
+             *sorted((REPO / "playbooks" / "tasks").glob("*.yml"))]
 MAX_DEPTH = 3
 INCLUDE_TASKS = ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks")
 INCLUDE_ROLE = ("ansible.builtin.include_role", "ansible.builtin.import_role")
 # the includes whose target is a variable: each value the roles give that variable (test_templated_targets_are_known)
 TEMPLATED = {
-    "{{ _llama_server_pool_action }}": ["drain", "ready"],                   # llama_server/tasks/pool.yml
     "{{ systemd_unit_prove_tasks }}": ["roles/tabbyapi/tasks/verify.yml"],   # systemd_unit/tasks/apply.yml
 }
 
@@ -107,8 +108,6 @@ def test_templated_targets_are_known():
                         seen.add(name)
     assert seen == set(TEMPLATED)
     texts = "\n".join(p.read_text() for p in ROLES.glob("*/tasks/*.yml"))
-    pool = set(re.findall(r"_llama_server_pool_action: (\w+)", texts))
-    assert pool == set(TEMPLATED["{{ _llama_server_pool_action }}"]), pool
     prove = set(re.findall(r"systemd_unit_prove_tasks: \"\{\{ role_path \}\}/\.\./(\S+)\"", texts))
     assert {f"roles/{p}" for p in prove} == set(TEMPLATED["{{ systemd_unit_prove_tasks }}"]), prove
 
@@ -125,23 +124,19 @@ def test_role_includes_are_at_most_three_deep():
         f"{root}: {chain}" for root, chain in too_deep.items())
 
 
-def test_every_inline_copy_of_pool_yml_is_pool_yml():
-    """Where an include of llama_server's pool.yml would be too deep, its tasks stand inline in a block that carries
-    the include's name, condition and ``_llama_server_pool_action``: those copies are pool.yml's tasks, word for
-    word, so a change to pool.yml shows here until every copy has it."""
-    tasks_dir = ROLES / "llama_server" / "tasks"
-    pool = yaml.safe_load((tasks_dir / "pool.yml").read_text())
-    copies = []
-    for path in sorted(tasks_dir.glob("*.yml")):
-        for t in tasks(yaml.safe_load(path.read_text())):
-            block = t.get("block") or []
-            if any((b.get("ansible.builtin.include_role") or {}).get("name") == "loadbalancer" for b in block):
-                copies.append(path.name)
-                assert block == pool, f"{path.name}: {t.get('name')}: not pool.yml's tasks"
-                assert t["vars"]["_llama_server_pool_action"] in ("drain", "ready"), (path.name, t.get("name"))
-    assert sorted(copies) == ["rollback.yml", "speedgate.yml", "speedgate.yml", "speedgate.yml", "start.yml"], copies
-    loose = [p.name for p in sorted(tasks_dir.glob("*.yml")) if p.name != "pool.yml"
-             for t in tasks(yaml.safe_load(p.read_text()))
-             if (t.get("ansible.builtin.include_role") or {}).get("name") == "loadbalancer"
-             and t not in pool]
-    assert not loose, f"an include of roles/loadbalancer outside pool.yml and its copies: {loose}"
+def test_the_play_takes_a_host_out_of_the_pool_and_no_role_does():
+    """The load balancer at the play (issue 80 item 2): playbooks/tasks/rollout.yml, which deploy.yml's serial plays
+    run, drains a host from the pool before the role applies what disrupts it and puts it back after; no role's task
+    file includes roles/loadbalancer (so none copies those tasks, and none reaches past the depth for them)."""
+    in_roles = [f"{p.relative_to(REPO)}: {t.get('name')}" for p in sorted(ROLES.glob("*/tasks/*.yml"))
+                if p.parts[-3] != "loadbalancer" for t in tasks(yaml.safe_load(p.read_text()))
+                if (t.get("ansible.builtin.include_role") or {}).get("name") == "loadbalancer"]
+    assert not in_roles, f"a role includes roles/loadbalancer (the play does that): {in_roles}"
+    rollout = REPO / "playbooks" / "tasks" / "rollout.yml"
+    steps = [(t["ansible.builtin.include_role"]["name"], t["ansible.builtin.include_role"].get("tasks_from", "main"))
+             for t in tasks(yaml.safe_load(rollout.read_text())) if "ansible.builtin.include_role" in t]
+    assert steps == [("llama_server", "main"), ("loadbalancer", "drain"), ("llama_server", "apply"),
+                     ("loadbalancer", "ready")], steps
+    deploy = [t for t in tasks(yaml.safe_load((REPO / "deploy.yml").read_text()))
+              if str((t.get("ansible.builtin.include_tasks") or {}).get("file", "")).endswith("rollout.yml")]
+    assert len(deploy) == 2, "the first pass and the second (a host that tunes for itself) run the same rollout"

@@ -23,7 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
 PHASES = ("preflight", "install", "configure", "verify", "tune")  # tune: llama_server only (issue 52)
 SPECIAL = {"always", "never"}
-PLAYBOOKS = [REPO / "deploy.yml", *sorted((REPO / "playbooks").glob("*.yml"))]
+# the play-level task files (playbooks/tasks/rollout.yml) are read as the plays that include them
+PLAYBOOKS = [REPO / "deploy.yml", *sorted((REPO / "playbooks").glob("*.yml")),
+             *sorted((REPO / "playbooks" / "tasks").glob("*.yml"))]
 TASK_FILES = sorted((REPO / "roles").glob("*/tasks/*.yml")) + sorted((REPO / "roles").glob("*/handlers/*.yml"))
 LLAMA_SERVER = {f"llama_server_{p}" for p in PHASES}
 INCLUDES = ("ansible.builtin.include_tasks", "ansible.builtin.include_role", "ansible.builtin.import_tasks",
@@ -163,7 +165,7 @@ def test_what_llama_server_reads_from_other_roles_is_made_under_its_tags():
                  "Room for this deploy on the host (disk for the models and the build; context against training)",
                  "Fetch and verify models on the controller; check the pair",
                  "Compose the profile, render its arguments, fit it in memory, render and verify the units on the host",
-                 "Install the build, render the units, start, prove, roll back on failure"):
+                 "The service - build, tune, stage; out of the pool, apply, prove; back into the pool"):
         assert set(tag_list(deploy[name].get("tags"))) >= LLAMA_SERVER, name
     assert set(tag_list(deploy["Install models on the host (read-only to the service)"]["tags"])) == {"models_install"}
 
@@ -192,7 +194,7 @@ def test_deploy_with_llama_server_configure_alone_runs_what_that_phase_needs():
                    "Room for this deploy on the host", "llama_cpp : Compute the build id and paths",
                    "llama_cpp : Read llama-server --help", "llama_cpp : Export the result for other roles",
                    "Fetch and verify models on the controller", "Compose the profile, render its arguments",
-                   "Install the build, render the units, start, prove", "Release this host's deploy lock",
+                   "The service - build, tune, stage; out of the pool, apply, prove", "Release this host's deploy lock",
                    "Take the load balancer's deploy lock"):
         assert needed in text, f"{needed!r} is not run under --tags llama_server_configure:\n{text}"
     for left_out in ("Source, build and install", "CUDA libraries from PyPI wheels", "Point the current link",
@@ -207,11 +209,12 @@ def test_llama_server_tune_alone_runs_what_configure_runs():
     verify block that renders its choice, restarts and proves it: what --tags llama_server_configure runs."""
     tune = [n for n, _ in listed("llama_server_tune")]
     assert tune == [n for n, _ in listed("llama_server_configure")]
-    assert "Install the build, render the units, start, prove" in "\n".join(tune), tune  # the tune's include is in it
+    # the tune's include is in it
+    assert "The service - build, tune, stage; out of the pool, apply, prove" in "\n".join(tune), tune
 
 
 def test_models_install_alone_fetches_and_installs_without_the_service():
     names = "\n".join(n for n, _ in listed("models_install"))
     assert "Install models on the host" in names and "Fetch and verify models on the controller" in names
     assert "Take this host's deploy lock" in names and "Release this host's deploy lock" in names
-    assert "Install the build, render the units" not in names and "llama_cpp : Read llama-server --help" not in names
+    assert "The service - build, tune, stage" not in names and "llama_cpp : Read llama-server --help" not in names

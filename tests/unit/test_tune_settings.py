@@ -162,7 +162,7 @@ OLD_ARGV = """
                 if (llama_server_target_model | trim) in _llama_server_tune_sha else [])
              + (['--draft-sha256', _llama_server_tune_sha[llama_server_draft_model | trim]]
                 if _llama_server_tune_scope.draft and (llama_server_draft_model | trim) in _llama_server_tune_sha else [])
-             + ([] if llama_server_tune_refresh | bool or _llama_server_tune_own | default(false) | bool
+             + ([] if llama_server_tune_refresh | bool or llama_server_tune_own | default(false) | bool
                 else ['--reuse', llama_server_state_dir ~ '/tune.json'])
              + ([] if llama_server_tune_share == 'kind' else ['--own-only'])
              + (['--service-url', 'http://' ~ _llama_server_check_host ~ ':' ~ llama_server_port,
@@ -224,7 +224,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "no draft, text values, a host tuning for itself": ({
         "_llama_server_tune_scope": {"draft": False, "args": []}, "llama_server_tune_budget": 15.0,
         "llama_server_ctx_size": "8192", "llama_server_threads": 0, "llama_server_parallel": None,
-        "llama_server_tune_tasks": ["mine.jsonl"], "_llama_server_tune_own": True,
+        "llama_server_tune_tasks": ["mine.jsonl"], "llama_server_tune_own": True,
         "_llama_server_tune_sha": {"/srv/m/t.gguf": SHA_T, "/srv/m/d.gguf": SHA_D},
         "llama_server_api_key_file": "/etc/specops/key",  # the service is not running: not passed
     }, [
