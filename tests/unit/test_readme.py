@@ -54,7 +54,7 @@ def test_the_readme_starts_with_the_two_commands():
 
 def test_the_readme_is_short_enough_to_read_whole():
     lines = README.read_text().splitlines()
-    assert len(lines) < MAX_LINES, f"README.md has {len(lines)} lines: move reference detail to a role's README or docs/"
+    assert len(lines) < MAX_LINES, f"README.md has {len(lines)} lines: move reference detail to a role README or docs/"
 
 
 def test_no_paragraph_or_table_cell_runs_on():
