@@ -2,7 +2,7 @@
 python3 runs with the standard library only (``python3 host-scripts-ID.pyz drain ARGS``).
 
 ansible.builtin.script ships one file, and the host scripts share modules, so the deploy ships them zipped. Built on
-the controller from the checkout's package (roles/llama_server/tasks/host_scripts.yml runs ``python -m
+the controller from the checkout's package (roles/specops_package/tasks/host_scripts.yml runs ``python -m
 specops.hostzip DIR`` with the checkout's src/ first on PYTHONPATH; the deploy lock's callback and the tests call
 :func:`build`). The zip holds::
 

@@ -1,5 +1,5 @@
 """The host code (specops.host) run as the deploy runs it on a host: from the zip specops.hostzip builds (what
-roles/llama_server/tasks/host_scripts.yml builds and ships), by a python3 that sees the standard library only
+roles/specops_package/tasks/host_scripts.yml builds and ships), by a python3 that sees the standard library only
 (``-I -S``: no PYTHONPATH, no user or site packages, so no venv and no installed specops either)."""
 
 from __future__ import annotations

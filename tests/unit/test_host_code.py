@@ -1,6 +1,6 @@
 """The code the deploy runs on its hosts is the package's specops.host (issue 64 item 5): standard library only (it
 runs before the specops wheel is on a host, and where it never is), shipped as one zip that specops.hostzip builds
-the way roles/llama_server/tasks/host_scripts.yml runs it, and every host script a role runs comes from that zip."""
+the way roles/specops_package/tasks/host_scripts.yml runs it, and every host script a role runs comes from that zip."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.fast
 REPO = Path(__file__).resolve().parents[2]
 SPECOPS = REPO / "src" / "specops"
 HOST = SPECOPS / "host"
-BUILDER = REPO / "roles" / "llama_server" / "tasks" / "host_scripts.yml"
+BUILDER = REPO / "roles" / "specops_package" / "tasks" / "host_scripts.yml"
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
@@ -181,9 +181,9 @@ def script_tasks() -> list[tuple[str, str]]:
 def test_every_script_task_runs_a_host_script_from_the_zip():
     tasks = script_tasks()
     assert len(tasks) >= 15, tasks
-    zipped = re.compile(r"^\{\{ _llama_server_host_scripts \| quote \}\} (\w+) ")
+    zipped = re.compile(r"^\{\{ specops_package_host_scripts \| quote \}\} (\w+) ")
     alone = [(path, cmd[:60]) for path, cmd in tasks if not zipped.match(cmd)]
-    assert not alone, f"run these from the zip ({{{{ _llama_server_host_scripts | quote }}}} SCRIPT ...): {alone}"
+    assert not alone, f"run these from the zip ({{{{ specops_package_host_scripts | quote }}}} SCRIPT ...): {alone}"
     ran = {m.group(1) for _, cmd in tasks if (m := zipped.match(cmd))}
     assert ran <= set(SCRIPTS), ran - set(SCRIPTS)
     assert ran == set(SCRIPTS), f"no role runs {set(SCRIPTS) - ran}"
@@ -191,7 +191,7 @@ def test_every_script_task_runs_a_host_script_from_the_zip():
 
 
 def test_each_role_that_runs_a_host_script_builds_the_zip_first():
-    """A role's script tasks read _llama_server_host_scripts: the role includes host_scripts.yml itself, or runs
+    """A role's script tasks read specops_package_host_scripts: the role includes host_scripts.yml itself, or runs
     only where llama_server's inputs.yml made it (loadbalancer's drain/ready: called from llama_server's pool)."""
     users = {path.split("/")[1] for path, _ in script_tasks()}
     builders = {p.parts[-3] for p in (REPO / "roles").glob("*/tasks/*.yml")
@@ -212,11 +212,11 @@ def host_scripts_includes() -> list[tuple[str, object]]:
 
 def test_a_host_that_has_the_zip_skips_every_further_include_of_it_as_one_task():
     """host_scripts.yml is included by every role that runs a host script, several times a deploy: each include is
-    guarded by ``_llama_server_host_scripts is not defined``, so a host that has the zip's path from an earlier
+    guarded by ``specops_package_host_scripts is not defined``, so a host that has the zip's path from an earlier
     include of the run skips the include (one task) instead of running its three (two of them skipped)."""
     includes = host_scripts_includes()
     assert len(includes) >= 8, includes
-    guard = "_llama_server_host_scripts is not defined"
+    guard = "specops_package_host_scripts is not defined"
     unguarded = [path for path, when in includes
                  if guard not in (when if isinstance(when, str) else " and ".join(map(str, when or [])))]
     assert not unguarded, f"guard these includes of host_scripts.yml with `{guard}`: {unguarded}"

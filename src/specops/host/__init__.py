@@ -12,5 +12,5 @@ a package of small modules (``python3 ZIP drain`` runs its ``__main__``):
 They import the standard library, each other and :mod:`specops.keyfile` (the one reader of API key files) and
 nothing else (tests/unit/test_host_code.py walks their imports). The deploy ships them as one zip that the host's
 python3 runs, ``python3 host-scripts-ID.pyz drain ARGS`` (:mod:`specops.hostzip`, built on the controller by
-roles/llama_server/tasks/host_scripts.yml); where specops is installed, ``python -m specops.host drain ARGS`` is the
+roles/specops_package/tasks/host_scripts.yml); where specops is installed, ``python -m specops.host drain ARGS`` is the
 same."""
