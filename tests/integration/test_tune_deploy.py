@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -35,7 +36,8 @@ import pytest
 import yaml
 
 from specops.knobs import knob
-from specops.tune import record
+from specops.tune import record, streams
+from specops.tune import settings as tune_settings
 from tests import lab
 from tests.integration.test_deploy import PROFILE, UNIT, main_pid
 
@@ -387,6 +389,19 @@ def test_a_deploy_stops_what_an_interrupted_one_left_and_says_so(tuned, labhost,
     print(f"\nLEFTOVER | {line.group(0)}")
 
 
+def budget_for_streams(before: dict, n: int) -> int:
+    """Minutes of tune budget for a run at ``n`` streams on this host, sized by what its one-stream record ``before``
+    measured here: the phases that come before any measurement (the ceiling, the probes), plus what the tune keeps
+    for ``n`` streams (:func:`specops.tune.streams.reserve_s`, a request's tail from plain decoding's own probe time a
+    token), a fifth more for a loaded host; at least 4 minutes (this project's machine: the reserve ~155 s)."""
+    phases = before.get("phases_s") or {}
+    plain = (before.get("probes") or {}).get("exact-baseline") or {}
+    per_token = plain["seconds"] / plain["n_tokens"] if plain.get("n_tokens") else 0.0
+    tail = streams.request_s(n, tune_settings.setting("tune_max_tokens").default, per_token)
+    need_s = float(phases.get("ceiling", 0.0)) + float(phases.get("probes", 0.0)) + streams.reserve_s(0.0, tail)
+    return max(4, math.ceil(need_s * 1.2 / 60))
+
+
 def test_another_parallel_tunes_again_measures_n_streams_and_the_record_says_why(tuned, labhost, profile):
     """The service's slots are part of what a record is for: a deploy with another llama_server_parallel does not
     reuse it (issue 51 item 3), it tunes again and says what moved; and at 2 slots (issue 52 item 2) the one-stream
@@ -401,9 +416,10 @@ def test_another_parallel_tunes_again_measures_n_streams_and_the_record_says_why
         assert again.rc == 0, again.output[-6000:]
         before = host_json(labhost, "tune.json")
     assert before["facts"]["settings"].get("ngram") == "auto" and before["facts"].get("parallel", 1) == 1, before
-    # nothing else moves (the budget is not in the key): 4 minutes keep the measurement at 2 streams its reserve (two
-    # blocks of the shortest phases, the servers' start: ~155 s) and whatever the one-stream measurement leaves
-    run = deploy(labhost, profile, {**auto, "llama_server_parallel": 2, "llama_server_tune_budget": 4})
+    # nothing else moves (the budget is not in the key): the budget is sized by what this host measured, not by one
+    # machine's speed (issue 82 item 4: 4 minutes on a slower 2-core machine left no room at 2 streams)
+    budget = budget_for_streams(before, 2)
+    run = deploy(labhost, profile, {**auto, "llama_server_parallel": 2, "llama_server_tune_budget": budget})
     assert run.rc == 0, run.output[-6000:]
     assert "reused: the result of" not in run.text, run.text[-4000:]
     after = host_json(labhost, "tune.json")
@@ -420,7 +436,8 @@ def test_another_parallel_tunes_again_measures_n_streams_and_the_record_says_why
     assert after["concurrency"].startswith("2 streams: "), after["concurrency"]
     assert "2 streams" in after["reason"], after["reason"]
     assert after["phases_s"]["streams"] > 0, after["phases_s"]
-    print(f"\nAT N=2 | {at['candidate']} {at['measured']} | chosen {after['chosen']}: {after['reason']}")
+    print(f"\nAT N=2 | budget {budget} min | {at['candidate']} {at['measured']} | chosen {after['chosen']}: "
+          f"{after['reason']}")
 
 
 PRIVATE = "specops-private-prompt-7d41"  # in every prompt of the team's file: it must never show in the deploy's output

@@ -1,4 +1,5 @@
-"""Inventory variables from a recommendation, and --apply passing them to the deploy playbook."""
+"""Inventory variables for the bench's choice (the role's variables of an arm: the deploy's one mapping,
+:func:`specops.tune.deploy.role_vars`), written down and passed by --apply to the deploy playbook."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 import yaml
 
 from specops.bench.arms import parse_arm
-from specops.bench.inventory import ApplyError, apply, header_for, inventory_vars, write_vars
+from specops.bench.inventory import ApplyError, apply, header_for, write_vars
+from specops.tune.deploy import role_vars as inventory_vars
 
 
 def test_baseline_vars_clear_the_draft() -> None:
@@ -41,6 +43,7 @@ def test_write_and_apply(tmp_path: Path) -> None:
     )
     text = vars_file.read_text()
     assert text.startswith("---\n# Written by `specops bench`")
+    assert "Chosen by the tune's rule: ngram-mod-n8 (identity rule 'identical')" in text
     assert yaml.safe_load(text)["llama_server_spec_type"] == "ngram-mod"
     playbook = tmp_path / "deploy.yml"
     playbook.write_text(

@@ -85,7 +85,8 @@ def test_the_tune_takes_the_results_the_library_returns(tmp_path: Path, monkeypa
     """No results.json is read: the measurement's results are the library's return value."""
     asked = []
 
-    def fake(opts, progress=None, say=None):
+    def fake(opts, progress=None, say=None, say_choice=True):
+        assert say_choice is False  # the tune says its own choice, after its own checks
         asked.append(opts)
         return session.BenchOutcome(0, results={"summary": {}, "blocks": [], "outcome": {"ended": "done"}})
 
@@ -100,6 +101,7 @@ def test_the_tune_takes_the_results_the_library_returns(tmp_path: Path, monkeypa
     assert out == {"summary": {}, "blocks": [], "outcome": {"ended": "done"}} and not (tmp_path / "work").exists()
     assert said == []
     assert asked[0].arms == "exact-ngram-mod" and asked[0].assets == tmp_path / "work" / "measure-assets"
-    monkeypatch.setattr(session, "measure", lambda opts, progress=None, say=None: session.BenchOutcome(1, "broke"))
+    monkeypatch.setattr(session, "measure",
+                        lambda opts, progress=None, say=None, say_choice=True: session.BenchOutcome(1, "broke"))
     assert measure.measure(s, args, ["exact-ngram-mod"]) == (  # type: ignore[arg-type]
         None, [f"the side-by-side measurement ended with exit 1: see {tmp_path / 'work' / 'measure'}"])

@@ -8,6 +8,6 @@ says and how it stops.
 Modules: :mod:`tasks` (task set), :mod:`arms` (what is compared), :mod:`ceiling` (hardware ceiling, pruning and
 prediction), :mod:`design` (the paired, sequential design: blocks, stopping), :mod:`runner` (servers side by
 side, requests alternating), :mod:`quantize` (cheaper drafts), :mod:`stats`, :mod:`identity`, :mod:`analysis`,
-:mod:`recommend` (A/A-gated), :mod:`report`, :mod:`inventory`, :mod:`summary`, :mod:`store`, :mod:`weighted` (a mix's
-speedup weighted by time, and its interval).
+:mod:`recommend` (the tune's rule chooses, the A/A check guards applying it), :mod:`report`, :mod:`plots`,
+:mod:`inventory`, :mod:`summary`, :mod:`store`, :mod:`weighted` (a mix's speedup weighted by time, and its interval).
 """

@@ -344,6 +344,14 @@ def relative_for(ceiling: Mapping[str, Any], numerics: str) -> dict[int, float] 
     return _as_int_keys(tgt["relative"]) if tgt else None
 
 
+def pays(best: float, margin: float) -> bool:
+    """**The one prune by the ceiling**: a profile whose speedup at perfect acceptance (:func:`perfect_ceiling`, at
+    the best draft length it may use) stays below 1 + ``margin`` cannot pay on this host whatever its acceptance.
+    The bench's arms (:func:`prune`) and the tune's draft lengths (:func:`specops.tune.price.pruned`) are pruned by
+    it."""
+    return best >= 1.0 + margin
+
+
 @dataclass(frozen=True)
 class ArmCeiling:
     """The best an arm can do on this host: every drafted token accepted, at the best draft length it may use.
@@ -359,7 +367,7 @@ class ArmCeiling:
     numerics: str
 
     def pays(self, margin: float) -> bool:
-        return self.best >= 1.0 + margin
+        return pays(self.best, margin)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

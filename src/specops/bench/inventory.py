@@ -1,9 +1,9 @@
-"""Write the recommendation as inventory variables for the service role, and apply them.
+"""Write the bench's choice as inventory variables for the service role, and apply them.
 
-The file (default ``inventory/group_vars/llama_servers/speculative.yml``) holds the
-``llama_server_*`` knobs the service role renders through :func:`specops.argv.build_argv`.
-``--apply`` then runs the deploy playbook with that file as extra vars, so the deployed unit
-changes even when the inventory lives elsewhere.
+The file (default ``inventory/group_vars/llama_servers/speculative.yml``) holds the ``llama_server_*`` knobs the
+service role renders through :func:`specops.argv.build_argv`; what they are for the chosen arm is the deploy's own
+mapping (:func:`specops.tune.deploy.role_vars`), this module only writes them down. ``--apply`` then runs the deploy
+playbook with that file as extra vars, so the deployed unit changes even when the inventory lives elsewhere.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 
 import yaml
 
-from specops.knobs import bench_knobs
 from specops.saturation_verdict import meaning
 
 DEFAULT_VARS_FILE = Path("inventory/group_vars/llama_servers/speculative.yml")
@@ -27,40 +26,6 @@ DEFAULT_VARS_FILE = Path("inventory/group_vars/llama_servers/speculative.yml")
 
 class ApplyError(RuntimeError):
     pass
-
-
-def inventory_vars(
-    arm_def: Mapping[str, Any],
-    threads: int | None,
-    draft_threads: int | None,
-    derived_draft: str | None = None,
-) -> dict[str, Any]:
-    """``llama_server_*`` variables for an arm (``spec_type: none`` for the baseline)."""
-    prof = dict(arm_def.get("profile", {}))
-    spec = prof.get("spec_type", "auto")
-    if spec == "auto":
-        spec = "draft-simple" if arm_def.get("draft") else "none"
-    out: dict[str, Any] = {}
-    for k in bench_knobs():
-        value = prof.get(k.name)
-        if k.name == "spec_type":
-            value = spec
-        elif k.name == "threads":
-            value = threads
-        elif k.name == "draft_threads":
-            value = draft_threads if arm_def.get("draft") else None
-        out[k.role_var] = value
-    # the service role always knows a draft model; an arm without one must clear it, or the draft
-    # would be loaded and never used (and the profile check refuses that combination)
-    if not arm_def.get("draft"):
-        out["llama_server_draft_model"] = ""
-    out["llama_server_environment"] = dict(arm_def.get("env") or {})
-    if derived_draft:
-        # a re-quantised draft: the file exists where the bench ran; the service role must make or
-        # copy it on each server (llama-quantize --allow-requantize DRAFT OUT TYPE)
-        out["llama_server_draft_requantize"] = arm_def.get("draft")
-        out["llama_server_draft_model_bench_path"] = derived_draft
-    return out
 
 
 def write_vars(path: Path, variables: Mapping[str, Any], header: str) -> Path:
@@ -89,7 +54,8 @@ def header_for(arm: str, reason: str, rule: str, report: str,
                saturation: tuple[Path, dict[str, Any]] | None = None) -> str:
     head = (
         f"Written by `specops bench` on {time.strftime('%Y-%m-%d %H:%M:%S')} — do not edit by hand;\n"
-        f"re-run the bench instead. Recommended arm: {arm} (rule '{rule}').\n{reason}\nEvidence: {report}\n"
+        f"re-run the bench instead. Chosen by the tune's rule: {arm} (identity rule '{rule}').\n{reason}\n"
+        f"Evidence: {report}\n"
         "Measured with one request at a time (one server slot). For a service with llama_server_parallel > 1 this\n"
     )
     if saturation is None:

@@ -3,6 +3,9 @@ reads, and the paired, sequential design it runs."""
 
 from __future__ import annotations
 
+import os
+import platform
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -11,10 +14,43 @@ from specops.bench import arms as armsmod
 from specops.bench.design import Design
 from specops.bench.identity import IDENTITY_RULES
 from specops.bench.lineup import Ceiling, Lineup
-from specops.bench.report import machine_info
 from specops.bench.resolve import Inputs
 from specops.bench.settings import BenchSettings
 from specops.bench.tasks import STANDARD_SET, task_set_digest
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    os_name = ""
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_name = line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return {
+        "hostname": socket.gethostname(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "mem_bytes": mem,
+        "os": os_name or platform.platform(),
+        "kernel": platform.release(),
+        "gpu": "none",
+    }
 
 
 def design_def(opts: BenchSettings, by_wl: dict[str, list[str]], lineup: Lineup) -> dict[str, Any]:

@@ -1,12 +1,10 @@
-"""The bench report: markdown for people, JSON for machines, PNG plots (matplotlib, Agg)."""
+"""The bench report: markdown for people (its verdict is the tune's rule's choice, :mod:`specops.bench.recommend`),
+JSON for machines, PNG plots (:mod:`specops.bench.plots`)."""
 
 from __future__ import annotations
 
 import math
-import os
-import platform
-import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,43 +12,10 @@ from typing import Any
 from specops.bench import identity
 from specops.bench.analysis import ALL, ArmWorkload
 from specops.bench.arms import AA, BASELINE
+from specops.bench.plots import plots as plots  # the report's plots, where summary and the tune's tests find them
 from specops.bench.recommend import Pick
 from specops.bench.runner import fmt_s
 from specops.knobs import knob
-
-
-def machine_info() -> dict[str, Any]:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = 0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    os_name = ""
-    try:
-        for line in Path("/etc/os-release").read_text().splitlines():
-            if line.startswith("PRETTY_NAME="):
-                os_name = line.split("=", 1)[1].strip('"')
-    except OSError:
-        pass
-    return {
-        "hostname": socket.gethostname(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "mem_bytes": mem,
-        "os": os_name or platform.platform(),
-        "kernel": platform.release(),
-        "gpu": "none",
-    }
 
 
 def _f(v: float | None, fmt: str = ".1f", none: str = "–") -> str:
@@ -79,110 +44,6 @@ def _ident(aw: ArmWorkload) -> str:
     return f"{aw.identical}/{aw.compared}" if aw.compared else "–"
 
 
-# ---- plots -----------------------------------------------------------------------------------
-def _save(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def _pyplot() -> Any:
-    """matplotlib's pyplot on the Agg backend, or None where matplotlib is not installed."""
-    try:
-        import matplotlib
-    except ImportError:
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plots(
-    results: Mapping[str, Mapping[str, ArmWorkload]],
-    arms: Sequence[str],
-    workloads: list[str],
-    ceiling: Mapping[str, Any] | None,
-    arm_ceilings: Mapping[str, Mapping[str, Any]],
-    out_dir: Path,
-) -> list[Path]:
-    """The report's PNG plots; none where matplotlib is not installed (the tune on a deployed host measures with
-    the bench but ships without it: its result is the JSON, not the pictures)."""
-    plt = _pyplot()
-    if plt is None:
-        return []
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    made: list[Path] = []
-
-    # 1. speedup per arm and workload with its interval; the A/A check first
-    shown = [a for a in [AA, *arms] if a in results]
-    cols = [*workloads, ALL]
-    fig, axes = plt.subplots(1, len(cols), figsize=(3.2 * len(cols), 0.45 * len(shown) + 1.6), sharey=True)
-    for ax, wl in zip(list(getattr(axes, "flat", [axes])), cols, strict=False):
-        for y, arm in enumerate(shown):
-            aw = results.get(arm, {}).get(wl)
-            if not aw or not aw.speedup:
-                continue
-            iv = aw.speedup
-            lo = iv.estimate - (iv.low if iv.low is not None else iv.estimate)
-            hi = (iv.high if iv.high is not None else iv.estimate) - iv.estimate
-            color = "grey" if arm == AA else ("tab:red" if aw.conclusion == "slower" else
-                                             "tab:green" if aw.conclusion == "faster" else "tab:blue")
-            ax.errorbar([iv.estimate], [y], xerr=[[lo], [hi]], fmt="o", color=color, capsize=3)
-        ax.axvline(1.0, color="black", lw=1)
-        ax.set_title(wl)
-        ax.set_xlabel("speedup vs baseline")
-    first = next(iter(getattr(axes, "flat", [axes])))
-    first.set_yticks(range(len(shown)))
-    first.set_yticklabels(shown, fontsize=8)
-    first.invert_yaxis()
-    fig.suptitle("Decode speed against baseline, paired inside blocks (95% intervals; grey: A/A check)")
-    made.append(_save(fig, out_dir / "speedup_by_workload.png"))
-
-    # 2. per-position acceptance (unconditional: accepted at position i / drafts)
-    lines = [(a, aw) for a in arms if (aw := results.get(a, {}).get(ALL)) and aw.drafts and aw.per_pos]
-    if lines:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for name, aw in lines:
-            pos = sorted(aw.per_pos, key=int)
-            ax.plot([int(x) + 1 for x in pos], [aw.per_pos[x] / aw.drafts for x in pos], marker=".", label=name)
-        ax.set_xlabel("draft position")
-        ax.set_ylabel("share of drafts accepted up to here")
-        ax.set_ylim(0, 1.05)
-        ax.set_xscale("log", base=2)
-        ax.set_title("Per-position acceptance (all tasks)")
-        ax.legend(fontsize=6, ncol=2)
-        made.append(_save(fig, out_dir / "acceptance_per_position.png"))
-
-    # 3. the hardware ceiling and each arm's best case
-    if ceiling and ceiling.get("target"):
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-        for num, t in ceiling["target"].items():
-            rel = {int(k): float(v) for k, v in t["relative"].items()}
-            ks = sorted(rel)
-            a1.plot(ks, [rel[k] for k in ks], marker=".", label=num)
-        a1.plot(ks, ks, color="grey", ls=":", label="linear (no batching gain)")
-        a1.axhline(1, color="black", lw=1)
-        a1.set_xlabel("tokens verified in one batch (k)")
-        a1.set_ylabel("cost in decode steps c(k)")
-        a1.legend(fontsize=6)
-        names = list(arm_ceilings)
-        best = [float(arm_ceilings[n]["best"]) for n in names]
-        a2.barh(range(len(names)), best, color=["tab:red" if b < 1 else "tab:blue" for b in best])
-        a2.set_yticks(range(len(names)))
-        a2.set_yticklabels(names, fontsize=7)
-        a2.invert_yaxis()
-        a2.axvline(1, color="black", lw=1)
-        a2.set_xlabel("speedup at perfect acceptance (best draft length)")
-        fig.suptitle("Hardware ceiling (llama-bench): what each arm could gain at best on this host")
-        made.append(_save(fig, out_dir / "hardware_ceiling.png"))
-    return made
-
-
 # ---- markdown --------------------------------------------------------------------------------
 def model_gap(aw: ArmWorkload, base: ArmWorkload | None) -> str:
     """Where the ceiling model is off for an arm: the measured cost per verification step beyond the model,
@@ -196,15 +57,21 @@ def model_gap(aw: ArmWorkload, base: ArmWorkload | None) -> str:
     return f"{extra_steps:+.2f} steps per verification"
 
 
-def _plain_verdict(deploy: Pick, arm_defs: Mapping[str, Mapping[str, Any]]) -> str:
-    if not deploy.valid:
-        return f"**No recommendation: the run is invalid.** {deploy.reason}"
+def _plain_verdict(deploy: Pick, arm_defs: Mapping[str, Mapping[str, Any]], tune: bool = False) -> str:
+    who = "The tune's choice" if tune else "Chosen by the tune's rule"
     if deploy.arm == BASELINE:
-        return (f"**Run the baseline (no speculative decoding) on this host.** {deploy.reason}. Speculation pays "
-                "only when verifying a batch of drafted tokens costs little more than one decode step and the "
-                "draft is cheap and usually right; the ceiling and the tables below show which fails here.")
-    d = arm_defs.get(deploy.arm, {})
-    return f"**Run `{deploy.arm}` on this host** ({d.get('description', '')}). {deploy.reason}."
+        head = (f"**Run the baseline (no speculative decoding) on this host.** {who}: {deploy.reason}. Speculation "
+                "pays only when verifying a batch of drafted tokens costs little more than one decode step and the "
+                "draft is cheap and usually right; the ceiling and the tables below show which fails here."
+                if deploy.confident else
+                f"**Undecided: run the baseline until a longer run settles it.** {who}: {deploy.reason}.")
+    else:
+        d = arm_defs.get(deploy.arm, {})
+        head = f"**Run `{deploy.arm}` on this host** ({d.get('description', '')}). {who}: {deploy.reason}."
+    if not deploy.valid:
+        head += (f"\n\n**Not applied: the A/A check is unsound here.** {deploy.gate.reason}. No inventory variables "
+                 "are written and `--apply` refuses; keep the current setting.")
+    return head
 
 
 @dataclass(frozen=True)
@@ -229,6 +96,7 @@ class _Doc:
     dz: Mapping[str, Any]  # the design
     deploy: Pick  # the pick for the whole mix
     arms: list[str]  # the speculative arms that ran
+    tune: bool = False  # the report of specops tune's measurement: its choice, given
 
 
 def _md_header(d: _Doc) -> list[str]:
@@ -256,15 +124,20 @@ def _md_verdict(d: _Doc) -> list[str]:
     L: list[str] = []
     w = L.append
     w("## Verdict\n")
-    w(_plain_verdict(d.deploy, d.arm_defs) + "\n")
-    w("| workload | recommended | speedup [95% CI] | A/A check | every conclusion confident? | why |")
+    w(_plain_verdict(d.deploy, d.arm_defs, d.tune) + "\n")
+    w("The choice is the tune's rule (`specops tune` chooses by the same function): the cheapest arm the paired ratios "
+      "cannot tell slower than the fastest that is confidently faster than the baseline at the run's error budget "
+      f"and not confidently under 1 + the margin, its output passing rule `{d.rule}`; else the baseline. Each "
+      "workload is read by the same rule on its own blocks. The A/A check decides only whether the choice may be "
+      "applied.\n")
+    w("| workload | chosen | figure [95% CI] against the baseline | A/A check | settled? | why |")
     w("| --- | --- | --- | --- | --- | --- |")
     for wl in [*d.workloads, ALL]:
         pk = d.picks.get(wl)
         if pk:
-            arm = f"`{pk.arm}`" if pk.valid else "nothing (run invalid)"
-            conf = "yes" if pk.confident else f"no: {len(pk.unsettled)} unsettled"
-            w(f"| {wl} | {arm} | {_sp(pk.speedup)} | {pk.gate.reason} | {conf} | {pk.reason} |")
+            arm = f"`{pk.arm}`" + ("" if pk.valid else " (not applied)")
+            w(f"| {wl} | {arm} | {pk.figure} | {pk.gate.reason} | {'yes' if pk.confident else 'no: undecided'} | "
+              f"{pk.reason} |")
     w("")
     if d.dz.get("fpc"):
         w("The speedups here and every conclusion are for **this task set** (`--fixed-set`: its tasks drawn without "
@@ -303,7 +176,7 @@ def _md_vars(d: _Doc) -> list[str]:
         w(f"Inventory variables written for the service role (rule `{d.rule}`):\n")
         w("```yaml\n" + d.vars_text.strip() + "\n```\n")
     elif not d.deploy.valid:
-        w("No inventory variables were written: an invalid run changes nothing.\n")
+        w("No inventory variables were written: a choice the A/A check cannot back changes nothing.\n")
     return L
 
 
@@ -365,8 +238,8 @@ def _md_aa(d: _Doc) -> list[str]:
     w = L.append
     w("## The A/A check: can this run tell the baseline from itself?\n")
     w("A second baseline server, loaded beside the first, answers every block too. Its ratio to the baseline "
-      "should be 1.0; the run is valid for a workload when the A/A interval contains 1.0 and is narrower than "
-      "the effect recommended there.\n")
+      "should be 1.0; the choice for a workload may be applied when the A/A interval contains 1.0 and is narrower "
+      "than the effect chosen there.\n")
     w("| workload | A/A speedup [95% CI] | half-width | tasks | outputs identical |")
     w("| --- | --- | --- | --- | --- |")
     for wl in [*d.workloads, ALL]:
@@ -503,11 +376,11 @@ def _md_method(d: _Doc) -> list[str]:
       + ("The interval is for this task set (`--fixed-set`): its tasks are drawn without replacement in "
          "a random order, so the spread between tasks counts with the finite-population correction (1 − n/N) and "
          "the measurement noise (estimated from the A/A pairs) in full; with every task in, only measurement noise "
-         "is left. That interval is the one every conclusion and the recommendation use: it says how fast the arm "
-         "is on this task set. " if dz.get("fpc") else
+         "is left. That interval is the one every conclusion uses: it says how fast the arm is on this task set; "
+         "the choice reads the tune's intervals, for the workload's traffic (no correction). " if dz.get("fpc") else
          "The interval speaks for the workload (the tasks are a sample of its traffic): the spread between tasks "
          "and the measurement noise count in full, with no finite-population correction; every conclusion and the "
-         "recommendation use it. ")
+         "choice use it. ")
       + "*A new task* is the other question: where one more task of the same workload, not in "
       "the set, may land (a Student-t prediction interval on the per-task log ratios, exp(m ± t·s·√(1 + 1/n)), "
       "no finite-population correction); it is wide when tasks differ, and a gain confident on the set can still "
@@ -594,11 +467,12 @@ def markdown(
     vars_text: str | None,
     raw_json: str,
     reference: Mapping[str, Any] | None = None,
+    tune: bool = False,
 ) -> str:
     doc = _Doc(
         plan=plan, outcome=outcome, results=results, arm_defs=arm_defs, workloads=workloads, picks=picks,
         ceiling=ceiling, arm_ceilings=arm_ceilings, pruned=pruned, images=images, rule=rule, vars_text=vars_text,
         raw_json=raw_json, reference=reference, m=plan.get("machine", {}), dz=plan.get("design", {}),
-        deploy=picks[ALL], arms=[a for a in plan.get("arms", []) if a not in (BASELINE, AA)],
+        deploy=picks[ALL], arms=[a for a in plan.get("arms", []) if a not in (BASELINE, AA)], tune=tune,
     )
     return "\n".join(line for section in _SECTIONS for line in section(doc)) + "\n"

@@ -3,8 +3,9 @@ and no results file in between (``specops bench`` and ``specops tune`` both call
 
 The run, top-down (:func:`measure`): the inputs (:mod:`~specops.bench.resolve`) → the hardware ceiling and the arms
 it leaves (:mod:`~specops.bench.lineup`) → how many servers fit side by side (:mod:`~specops.bench.capacity`) → the
-plan (:mod:`~specops.bench.plan`) → the paired, sequential run (:mod:`~specops.bench.runner`) → the A/A-gated
-recommendation, the report, results.json and the inventory variables (:func:`report`, :mod:`~specops.bench.summary`).
+plan (:mod:`~specops.bench.plan`) → the paired, sequential run (:mod:`~specops.bench.runner`) → the choice (the
+tune's rule, :mod:`~specops.bench.recommend`) with its A/A check, the report, results.json and the inventory variables
+(:func:`report`, :mod:`~specops.bench.summary`).
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ class BenchOutcome:
     report: Outcome | None = None
 
 
-def measure(opts: BenchSettings, progress: Progress | None = None, say: Say | None = None) -> BenchOutcome:
+def measure(opts: BenchSettings, progress: Progress | None = None, say: Say | None = None,
+            say_choice: bool = True) -> BenchOutcome:
     """One bench run, resumable from ``opts.work()``: the ceiling, the paired run, the report. ``progress``: where
-    the blocks are reported (default: stderr; specops tune passes its own); ``say``: where its lines go."""
+    the blocks are reported (default: stderr; specops tune passes its own); ``say``: where its lines go;
+    ``say_choice``: False where the caller says the choice itself (specops tune, after its own checks)."""
     say = say or Say()
     store = ResultStore(opts.work())
     progress = progress or Progress(quiet=opts.quiet)
@@ -53,8 +56,8 @@ def measure(opts: BenchSettings, progress: Progress | None = None, say: Say | No
         for line in stop.lines:
             say.err(line)
         return BenchOutcome(stop.code, stop.lines[-1] if stop.lines else "")
-    # 3. the recommendation, the report, the inventory variables
-    return report(opts, say)
+    # 3. the choice (the tune's rule), the report, the inventory variables
+    return report(opts, say, say_choice)
 
 
 def _run(opts: BenchSettings, store: ResultStore, progress: Progress, say: Say) -> bool:
@@ -112,16 +115,16 @@ def _run_blocks(cfg: BenchConfig, lineup: Lineup, design: Design, store: ResultS
                                          "status": {}})
 
 
-def report(opts: BenchSettings, say: Say | None = None) -> BenchOutcome:
+def report(opts: BenchSettings, say: Say | None = None, say_choice: bool = True) -> BenchOutcome:
     """From the work dir to the report, results.json and the inventory variables (unless ``no_vars``), each said
     in a line; a work dir without a plan or a finished block raises FileNotFoundError, a damaged one StoreError."""
     say = say or Say()
     out = build(ResultStore(opts.work()), opts.report, opts.assets, opts.rule,
                 None if opts.no_vars else opts.vars_file, opts.reference_run)
     say.out(f"report: {out.report}\nraw: {out.raw_json}")
-    for wl, pk in out.picks.items():
-        shown = pk.arm if pk.valid else "nothing (run invalid)"
-        say.out(f"recommended for {wl}: {shown} — {pk.reason}")
+    for wl, pk in out.picks.items() if say_choice else ():
+        shown = pk.arm if pk.valid else f"{pk.arm}, not applied (the A/A check is unsound here)"
+        say.out(f"chosen for {wl} (the tune's rule): {shown} — {pk.reason}")
     if out.vars_file:
         say.out(f"inventory variables: {out.vars_file}")
     return BenchOutcome(0, results=out.raw, report=out)

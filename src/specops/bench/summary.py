@@ -1,4 +1,4 @@
-"""From a work directory to the committed artefacts: analysis, recommendation, report, variables."""
+"""From a work directory to the committed artefacts: analysis, the choice (the tune's rule), report, variables."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specops.bench import report
+from specops.bench import plots, report
 from specops.bench.analysis import ALL, ArmWorkload, analyse, replay_design
-from specops.bench.arms import BASELINE
 from specops.bench.design import STOPS, Design
 from specops.bench.identity import DEFAULT_RULE
-from specops.bench.inventory import header_for, inventory_vars, latest_saturation, write_vars
+from specops.bench.inventory import header_for, latest_saturation, write_vars
 from specops.bench.recommend import Gate, Pick, recommend
 from specops.bench.runner import IDENTITY_FILE, SPREAD_FILE
 from specops.bench.store import ResultStore
+from specops.kinds import PLAIN
+from specops.tune.decide import Choice
+from specops.tune.deploy import role_vars
+from specops.tune.rule import Decision
 
 
 @dataclass
@@ -67,7 +70,7 @@ def all_pruned(plan: dict[str, Any], workloads: list[str]) -> dict[str, Pick]:
     why = (f"every speculative arm's ceiling is below {1 + float(plan.get('ceiling_margin', 0.05)):.2f}× "
            f"(best {best:.2f}×): nothing can pay on this host, whatever its acceptance")
     gate = Gate(True, "not needed: the hardware ceiling alone decides")
-    return {wl: Pick(wl, BASELINE, None, why, gate, True) for wl in [*workloads, ALL]}
+    return {wl: Pick(wl, Choice(PLAIN, None, why, {}), gate) for wl in [*workloads, ALL]}
 
 
 def reference_summary(path: Path) -> dict[str, Any]:
@@ -77,8 +80,31 @@ def reference_summary(path: Path) -> dict[str, Any]:
         "report": raw.get("report"),
         "what": raw.get("what"),
         "elapsed_s": raw.get("outcome", {}).get("elapsed_s", 0),
-        "picks": {wl: (p.get("arm") or "nothing") for wl, p in raw.get("recommendation", {}).items()},
+        "picks": {wl: ((p.get("arm") if p.get("valid", True) else None) or "nothing")
+                  for wl, p in raw.get("recommendation", {}).items()},
     }
+
+
+def _what(plan: dict[str, Any], outcome: dict[str, Any]) -> str:
+    """The run in one line: exhaustive, or sequential with its budget and how it ended."""
+    if plan["design"].get("exhaustive"):
+        return "exhaustive: every arm, every task, {} repetitions, no stopping".format(plan.get("reps"))
+    return "sequential, ceiling-pruned, budget {}, {} blocks, ended: {}".format(
+        f"{plan['budget_s'] / 60:.0f} min" if plan.get("budget_s") else "none", outcome.get("blocks", "?"),
+        outcome.get("ended", "?"))
+
+
+def _write_vars(vars_file: Path, plan: dict[str, Any], arm_defs: dict[str, Any], deploy: Pick, rule: str,
+                report_path: Path) -> Path:
+    """The chosen arm's role variables (:func:`specops.tune.deploy.role_vars`) in the vars file, with the header that
+    says who chose it and why."""
+    d = arm_defs.get(deploy.arm, {"profile": {"spec_type": "none"}})
+    derived = None
+    if d.get("draft") not in (None, "draft"):
+        derived = (plan.get("derived_drafts") or {}).get(d["draft"], {}).get("path")
+    variables = role_vars(d, plan.get("threads"), plan.get("draft_threads"), derived)
+    return write_vars(vars_file, variables, header_for(deploy.arm, deploy.reason, rule, str(report_path),
+                                                       latest_saturation(report_path.parent)))
 
 
 def build(
@@ -88,64 +114,42 @@ def build(
     rule: str = DEFAULT_RULE,
     vars_file: Path | None = None,
     reference: Path | None = None,
+    decided: Decision | None = None,
 ) -> Outcome:
+    """The analysis, the choice (the one rule's, :mod:`specops.bench.recommend`; ``decided``: the tune's own, for the
+    report of its measurement), results.json, the plots, the vars file (where the A/A check lets it be applied) and
+    the report."""
     plan, design, results = load_results(store)
     arm_defs = {a["name"]: a for a in plan["arm_defs"]}
     workloads = design.workloads
     ceiling = store.load_json("ceiling.json")
-    if design.arms:
-        picks = recommend(results, {a: d for a, d in arm_defs.items() if a in results}, workloads, rule)
-    else:
-        picks = all_pruned(plan, workloads)
     outcome = store.load_json("outcome.json") or {}
     arm_ceilings = plan.get("arm_ceilings", {})
-    pruned = plan.get("pruned", {})
-
-    assets_dir.mkdir(parents=True, exist_ok=True)
-    images = report.plots(results, design.arms, workloads, ceiling, arm_ceilings, assets_dir)
-    deploy = picks[ALL]
-    what = ("exhaustive: every arm, every task, {} repetitions, no stopping".format(plan.get("reps"))
-            if plan["design"].get("exhaustive") else
-            "sequential, ceiling-pruned, budget {}, {} blocks, ended: {}".format(
-                f"{plan['budget_s'] / 60:.0f} min" if plan.get("budget_s") else "none",
-                outcome.get("blocks", "?"), outcome.get("ended", "?")))
     raw = {
-        "report": str(report_path),
-        "what": what,
-        "plan": plan,
-        "ceiling": ceiling,
-        "outcome": outcome,
-        "rule": rule,
+        "report": str(report_path), "work_dir": str(store.root), "assets": str(assets_dir),
+        "what": _what(plan, outcome), "plan": plan, "ceiling": ceiling, "outcome": outcome, "rule": rule,
         "summary": {a: {wl: aw.to_dict() for wl, aw in rows.items()} for a, rows in results.items()},
-        "recommendation": {wl: p.to_dict() for wl, p in picks.items()},
         "servers": list(store.read("servers.jsonl")),
         "blocks": list(store.read("blocks.jsonl")),
         "rss": store.load_json("rss.json"),
         "spread": store.load_json(SPREAD_FILE),  # the host's batch spread, where a difference needed it (issue 78)
     }
+    picks = recommend(raw, results, workloads, rule, decided) if design.arms else all_pruned(plan, workloads)
+    raw["recommendation"] = {wl: p.to_dict() for wl, p in picks.items()}
+    assets_dir.mkdir(parents=True, exist_ok=True)
+    images = plots.plots(results, design.arms, workloads, ceiling, arm_ceilings, assets_dir)
     raw_path = assets_dir / "results.json"
     raw_path.write_text(json.dumps(raw, indent=1, ensure_ascii=False, default=str) + "\n")
 
-    vars_text = None
-    written: Path | None = None
-    if vars_file is not None and deploy.valid:
-        d = arm_defs.get(deploy.arm, {"profile": {"spec_type": "none"}})
-        derived = None
-        if d.get("draft") not in (None, "draft"):
-            derived = (plan.get("derived_drafts") or {}).get(d["draft"], {}).get("path")
-        variables = inventory_vars(d, plan.get("threads"), plan.get("draft_threads"), derived)
-        written = write_vars(vars_file, variables, header_for(deploy.arm, deploy.reason, rule, str(report_path),
-                                                              latest_saturation(report_path.parent)))
-        vars_text = written.read_text().split("\n", 1)[1]
+    deploy = picks[ALL]
+    written = (_write_vars(vars_file, plan, arm_defs, deploy, rule, report_path)
+               if vars_file is not None and deploy.valid else None)
     rel = lambda p: os.path.relpath(p, report_path.parent)  # noqa: E731
     md = report.markdown(
-        plan, outcome, results, arm_defs, workloads, picks, ceiling, arm_ceilings, pruned,
-        [rel(i) for i in images], rule, vars_text, rel(raw_path),
-        reference_summary(reference) if reference else None,
+        plan, outcome, results, arm_defs, workloads, picks, ceiling, arm_ceilings, plan.get("pruned", {}),
+        [rel(i) for i in images], rule, written.read_text().split("\n", 1)[1] if written else None, rel(raw_path),
+        reference_summary(reference) if reference else None, decided is not None,
     )
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(md)
     return Outcome(report_path, raw_path, images, picks, written, results, raw)
-
-
-

@@ -4,7 +4,8 @@
 2. The remaining arms' servers are loaded side by side (as many as memory allows) with two baselines; tasks
    alternate between them block by block, so machine drift cancels; an arm stops as soon as its interval
    decides; ``--budget`` bounds the run.
-3. A/A-gated recommendation, report, inventory variables, ``--apply``.
+3. The choice, by the tune's rule (:func:`specops.tune.rule.decision`), with the A/A check that decides whether it
+   may be applied; the report, inventory variables, ``--apply``.
 
 The run itself is a library (:mod:`specops.bench.session`: settings in, outcome out); this module is its command
 line: the options, ``--report-only`` and ``--apply``, the exit status.
@@ -28,7 +29,7 @@ from specops.bench.voice import stderr_line
 from specops.knobs import spell
 
 NAME = "bench"
-HELP = "does speculation pay here? hardware ceiling, paired sequential bench, A/A-gated recommendation"
+HELP = "does speculation pay here? hardware ceiling, paired sequential bench, the tune's rule chooses"
 D = BenchSettings()  # the defaults: the library's and the command line's are one table
 
 
@@ -142,7 +143,8 @@ def _method_args(p: argparse.ArgumentParser) -> None:
                         "candidates that stay open)")
     g.add_argument("--half-width", type=float, default=D.half_width,
                    help="an arm stops when its interval is within ±this of its estimate, or wholly below 1 + this "
-                   "(no gain worth deploying); also when wholly above or below 1.0 (default 0.05)")
+                   "(no gain worth deploying); also when wholly above or below 1.0 (default 0.05); the choice's "
+                   "margin too (the tune's --margin)")
     g.add_argument("--aa-precision", type=float, default=D.aa_precision,
                    help="the A/A check stops once it has --min-tasks blocks in a workload and its pooled interval is "
                    "within ±this (default 0.025); it always runs with --exhaustive")
@@ -200,14 +202,14 @@ def _result_args(p: argparse.ArgumentParser) -> None:
 
 
 def _recommendation_args(p: argparse.ArgumentParser) -> None:
-    """The "recommendation" group of options."""
-    g = p.add_argument_group("recommendation")
+    """The "choice" group of options."""
+    g = p.add_argument_group("choice (the tune's rule)")
     g.add_argument("--rule", choices=RULES, default=D.rule,
                    help="equivalent (default): differences allowed only where explained as near-ties; identical: "
                         "byte for byte; fastest: output not judged")
     g.add_argument("--vars-file", type=Path, default=D.vars_file)
     g.add_argument("--no-vars", action="store_true", help="do not write inventory variables")
-    g.add_argument("--apply", action="store_true", help="re-deploy the service with the recommendation")
+    g.add_argument("--apply", action="store_true", help="re-deploy the service with the choice")
     g.add_argument("--playbook", type=Path, default=Path("deploy.yml"))
     g.add_argument("--inventory", type=Path, action="append", default=None,
                    help="inventory for --apply (repeatable; default inventory/hosts.yml)")
@@ -233,11 +235,11 @@ def settings(args: argparse.Namespace) -> BenchSettings:
 
 
 def _apply(args: argparse.Namespace, out: session.BenchOutcome) -> int:
-    """--apply: re-deploy with the recommendation's variables (none written: nothing is applied, exit 1)."""
+    """--apply: re-deploy with the choice's variables (none written: nothing is applied, exit 1)."""
     if not args.apply:
         return 0
     if out.report is None or not out.report.vars_file:
-        stderr_line("not applying: the run recommends nothing (invalid A/A check) or --no-vars was given")
+        stderr_line("not applying: the A/A check cannot back the choice (no variables written) or --no-vars was given")
         return 1
     try:
         extra = [x for kv in args.deploy_var for x in ("-e", kv)]

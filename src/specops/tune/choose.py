@@ -1,13 +1,7 @@
-"""The tune's sixth step: the choice, from the measurement's paired blocks (:mod:`specops.tune.evidence`): every
-measured candidate against the unit's plain decoding with confidence intervals for the mean speedup, the cheapest
-deployable tie member (identical in output under the identity rule) chosen from the shortlist, else plain
-decoding; per workload, what each would prefer.
-
-The whole figure weighs the workloads by ``--mix`` when given. Without one, over two workloads or more, by **the task
-set's own shares** (:func:`shares`; each workload the same for the bench's standard set): the measurement stops a
-candidate on a workload where it cannot pay after 3 tasks and runs the others to the end, so pooling every task alike
-would weigh a workload by how long it was measured. Where the budget cut a candidate's workload below two tasks the
-shares cannot give it an interval: every measured task weighs the same, as before, and the record says so.
+"""The tune's sixth step: the choice, from the measurement's paired blocks, by **the one chooser**
+(:func:`specops.tune.rule.decision`, which ``specops bench`` recommends by too) among the shortlist and the
+held-back candidates that were measured; what stays open; and the measurement's report rewritten to state this choice
+(:func:`restate`), not a second reading of the same blocks.
 """
 
 from __future__ import annotations
@@ -15,198 +9,51 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from specops import kinds
-from specops.bench import identity as ident
+from specops.bench import summary
 from specops.bench.arms import BASELINE
-from specops.bench.stats import Interval
-from specops.tune import decide, evidence, mix
+from specops.bench.identity import DEFAULT_RULE
+from specops.bench.store import ResultStore, StoreError
+from specops.tune import decide, evidence
 from specops.tune.predict import Shortlist
-from specops.tune.state import Setup, TuneError
+from specops.tune.rule import (  # the chooser's parts, where the tune's steps and tests have found them
+    Decision,
+    ToSettle,
+    block_seconds,
+    covered,
+    decision,
+    differences,
+    identity,
+    nothing_measured,
+    planned,
+    settle_note,
+    to_settle,
+)
+from specops.tune.state import Setup
 
-
-def identity(results: dict[str, Any], names: list[str], rule: str = "identical") -> dict[str, bool | None]:
-    """Per candidate: does its output pass ``rule`` against plain decoding's on every compared request (identical:
-    byte for byte; equivalent: every difference explained as a near-tie)? None: not judged."""
-    out: dict[str, bool | None] = {}
-    for n in names:
-        aw = (results.get("summary", {}).get(n) or {}).get("all") or {}
-        out[n] = ident.holds(rule if rule in ident.IDENTITY_RULES else "identical", int(aw.get("compared") or 0),
-                             int(aw.get("identical") or 0), aw.get("divergences") or [])
-    return out
-
-
-def differences(results: dict[str, Any] | None, names: list[str], rule: str) -> dict[str, dict[str, Any]]:
-    """Per measured candidate, what the identity check found (issue 78): the answers checked, the rule's line with
-    the bound on the rate it allows, and every difference from plain decoding explained in one line."""
-    out: dict[str, dict[str, Any]] = {}
-    for n in names:
-        aw = (((results or {}).get("summary") or {}).get(n) or {}).get("all") or {}
-        compared, divs = int(aw.get("compared") or 0), aw.get("divergences") or []
-        if not compared:
-            continue
-        lines = [(d.get("explained") or {}).get("line") or
-                 f"{d.get('task_id')}: output differs from plain decoding's at byte {d.get('byte_pos')} "
-                 "(unexplained: no explanation recorded)" for d in divs]
-        out[n] = {"checked": compared, "counts": ident.counts(divs),
-                  "holds": ident.holds(rule, compared, int(aw.get("identical") or 0), divs)
-                  if rule in ident.IDENTITY_RULES else None,
-                  "bound": ident.summary_line(rule, compared, divs), "differences": lines}
-    return out
+__all__ = ["Decision", "ToSettle", "best_measured", "block_seconds", "choose", "covered", "decision", "differences",
+           "identity", "nothing_measured", "planned", "restate", "settle_note", "to_settle", "types_paired"]
 
 
 def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, shortlisted: list[str],
                  names: list[str], planned_shares: tuple[dict[str, float] | None, str] = (None, "")
                  ) -> tuple[list[decide.Measured], decide.Choice, dict[str, str]]:
-    """Every measured candidate against the unit's plain decoding (the bench's baseline under --plain unit), paired
-    in the same blocks, with intervals for the mean speedup; the choice from the shortlist, and per workload what it
-    would prefer. ``planned_shares``: the shares the measurement planned by and how they were formed
-    (:func:`planned`; none: --mix, else the task set's shares from the measurement's plan)."""
-    need = args.rule in ident.IDENTITY_RULES
-    if results is None or not results.get("blocks"):
-        return [], decide.choose([], need), {}
-    blocks = evidence.Blocks(results["blocks"])
-    identical = identity(results, names, args.rule)
-    weights, how = planned_shares
-    if args.mix:
-        weights, how = args.mix, mix.describe(args.mix)
-    elif weights is None:
-        counts = {w: int(n) for w, n in ((results.get("plan") or {}).get("workload_counts") or {}).items()}
-        weights, how = planned(None, counts, standard=not args.tasks)
-    if weights and not args.mix:
-        weights, how = covered(blocks, names, identical, need, weights, how)
-    try:  # over the mix (--mix, or the task set's shares), weighted by time
-        measured, _ = blocks.measured(names, BASELINE, identical, mix=weights)
-        choice = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, mix=weights)
-    except mix.MixError as exc:
-        raise TuneError(f"{exc}; nothing was chosen") from None
-    open_lines = settle_note(blocks, results, choice, args.margin, None, weights)
-    per_wl: dict[str, str] = {}
-    for wl in blocks.workloads:
-        c = blocks.decide(shortlisted, BASELINE, need, args.margin, identical, workload=wl)
-        per_wl[wl] = c.short()
-        if len(blocks.workloads) > 1:
-            open_lines += settle_note(blocks, results, c, args.margin, wl)
-    proj = to_settle(blocks, results, choice, args.margin, None, weights)
-    more = None if proj is None or proj.tasks is None else proj.minutes
-    return measured, dataclasses.replace(choice, settle=tuple(open_lines), weighed=how,
-                                         to_settle_min=None if more is None else round(more, 1),
-                                         to_settle_tasks=None if more is None or proj is None or proj.tasks is None
-                                         else (proj.tasks, proj.held)), per_wl
-
-
-def planned(given: dict[str, float] | None, counts: dict[str, int],
-            standard: bool = False) -> tuple[dict[str, float] | None, str]:
-    """The shares the measurement plans by and the choice weighs by, and how the record says they were formed:
-    ``given`` (--mix, normalised; a workload of the task set without a share is said: not measured), else the task
-    set's own (``counts``: tasks per workload before any per-workload cap; the bench's standard set, whose files hold
-    6 to 15 tasks a workload by accident of their writing, ``standard``: each workload the same). None: no task.
-
-    Without shares the blocks would take turns over the workloads, and early stopping would leave them with unequal
-    task counts, so pooling every task alike would weigh a workload by how long it was measured."""
-    counts = {w: n for w, n in counts.items() if n > 0}
-    if given:
-        zero = [w for w in counts if w not in given]
-        return dict(given), mix.describe(given) + "".join(f"; {w}: share 0, not measured" for w in zero)
-    if not counts:
-        return None, mix.describe(None)
-    if len(counts) == 1:
-        (w, n), = counts.items()
-        return {w: 1.0}, (f"no mix given: one workload ({w}, {n} tasks), weighted by time: 1 / its harmonic mean "
-                          "ratio")
-    listed = ", ".join(f"{w} {n}" for w, n in counts.items())
-    how = (f"each workload of the standard set weighs the same (tasks {listed})" if standard
-           else f"each workload weighs by its share of the task set ({listed})")
-    weights = ({w: 1 / len(counts) for w in counts} if standard
-               else {w: n / sum(counts.values()) for w, n in counts.items()})
-    return weights, (f"no mix given: {how}, weighted by time: 1 / Σ share ÷ the workload's harmonic mean ratio (a "
-                     "workload measured longer weighs no more)")
-
-
-def covered(blocks: evidence.Blocks, names: list[str], identical: dict[str, bool | None], need_identical: bool,
-            weights: dict[str, float], how: str) -> tuple[dict[str, float] | None, str]:
-    """The task set's shares where every candidate that can still be chosen has a task of each workload with a
-    share; else None (every measured task weighs the same) and why: the budget ended the measurement before it had
-    them (a mix, given by the operator, never falls back: such a candidate is left out of its decision)."""
-    pooled = mix.describe(None)
-    for name in names:
-        have = {w: len(ts) for w, ts in blocks.relative_times(name, BASELINE).items()}
-        if not have or (need_identical and not identical.get(name)):
-            continue  # never paired with plain decoding, or out under the identity rule: it cannot be chosen
-        short = [w for w in weights if not have.get(w)]
-        if short:
-            return None, (f"{pooled}; not the task set's shares: {name} has no task of {', '.join(short)}, the "
-                          "measurement ended before it had one")
-    return weights, how
-
-
-@dataclasses.dataclass(frozen=True)
-class ToSettle:
-    """An undecided figure's projection: the figure, the tasks that would settle it if its estimate and spread held
-    (None: not even 500), the measurement's seconds a block and the tasks the task set holds for it."""
-
-    figure: Interval
-    tasks: int | None
-    per_block_s: float
-    held: int
-
-    @property
-    def minutes(self) -> float | None:
-        """The minutes of measuring more at this host's time a block (None: no projection)."""
-        if self.tasks is None or self.per_block_s <= 0:
-            return None
-        return max(0, self.tasks - self.figure.n) * self.per_block_s / 60
-
-
-def to_settle(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choice, margin: float,
-              workload: str | None, weights: dict[str, float] | None = None) -> ToSettle | None:
-    """For an undecided figure (overall, over ``weights`` when given, or one workload's): its projection
-    (:func:`specops.tune.decide.tasks_to_settle`); None when decided or without an interval."""
-    if c.settled or c.chosen != kinds.PLAIN or not c.runner_up:
-        return None
-    fig = (blocks.mix_interval(c.runner_up, BASELINE, weights) if workload is None and weights
-           else blocks.interval(c.runner_up, BASELINE, workload))
-    if fig is None or not fig.has_ci:
-        return None
-    counts = (results.get("plan") or {}).get("workload_counts") or {}
-    held = int(sum(int(counts.get(w, 0)) for w in (weights or counts)) if workload is None
-               else counts.get(workload, 0))
-    return ToSettle(fig, decide.tasks_to_settle(fig, margin), block_seconds(results), held)
-
-
-def settle_note(blocks: evidence.Blocks, results: dict[str, Any], c: decide.Choice, margin: float,
-                workload: str | None, weights: dict[str, float] | None = None) -> list[str]:
-    """For an undecided figure (:func:`to_settle`): how many tasks would settle it, the minutes at this host's time a
-    block, and what to set where the task set holds fewer."""
-    proj = to_settle(blocks, results, c, margin, workload, weights)
-    if proj is None:
-        return []
-    fig, k = proj.figure, proj.tasks
-    head = (f"{workload or 'overall'}: {c.runner_up} {fig.fmt()} against the unit's plain decoding on {fig.n} tasks "
-            "is undecided")
-    if k is None:
-        return [f"{head}; at its spread, not even 500 tasks would settle it"]
-    line = f"{head}; about {k} tasks would settle it if its estimate and spread hold"
-    if proj.minutes is not None:
-        line += f" (~{proj.minutes:.0f} min more of measuring at {proj.per_block_s:.0f} s a block here)"
-    if proj.held and k > proj.held:
-        line += (f"; the task set holds {proj.held}: more with --limit-per-workload / "
-                 "llama_server_tune_limit_per_workload, or the traffic's own tasks (--tasks / llama_server_tune_tasks)")
-    return [line]
-
-
-def block_seconds(results: dict[str, Any]) -> float:
-    """The measurement's seconds a block (0: no block)."""
-    outcome = results.get("outcome") or {}
-    return float(outcome.get("elapsed_s") or 0) / max(1, int(outcome.get("blocks") or 0))
+    """:func:`decision` with the tune's arguments (--rule, --margin, --mix, --tasks): the measured candidates, the
+    choice, and per workload what it would prefer, in one line each."""
+    d = decision(results, shortlisted, names, args.rule, args.margin, args.mix, planned_shares,
+                 standard=not args.tasks)
+    return d.measured, d.choice, d.prefers()
 
 
 def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None, short: Shortlist,
            open_: Sequence[str] = ()) -> tuple[list[decide.Measured], decide.Choice, dict[str, str], list[str]]:
     """The measured candidates, the choice and what each workload would prefer, and what stays open: ``open_``
     (what the steps before said) without what the measurement settled (a held-back candidate that was measured),
-    then what stays open here (shortlisted and not measured, undecided)."""
+    then what stays open here (shortlisted and not measured, undecided). The measurement's report is rewritten to
+    state this choice (:func:`restate`)."""
     # the candidates held back that were measured (one was on course to clear the margin): in the choice, no longer
     # open
     blocks = evidence.Blocks(results["blocks"]) if results and results.get("blocks") else None
@@ -214,9 +61,10 @@ def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None, s
     extra = [n for n in short.reserve if n in ran]
     said = [line for line in open_ if not any(line.startswith(f"{n}: ") for n in extra)]
     shortlisted = short.shortlisted + extra
-    margs = argparse.Namespace(**{**vars(args), "mix": s.mix})  # the mix as prepare normalised it
-    measured, choice, per_wl = _from_blocks(margs, results, shortlisted, short.measured + extra,
-                                            (s.shares, s.shares_how))
+    # the mix as prepare normalised it
+    d = decision(results, shortlisted, short.measured + extra, args.rule, args.margin, s.mix,
+                 (s.shares, s.shares_how), standard=not args.tasks)
+    measured, choice = d.measured, d.choice
     unmeasured = [n for n in shortlisted if n not in {m.name for m in measured}]
     if results is not None and unmeasured:
         ended = (results.get("outcome") or {}).get("ended", "?")
@@ -226,14 +74,32 @@ def choose(s: Setup, args: argparse.Namespace, results: dict[str, Any] | None, s
         choice = decide.Choice(kinds.PLAIN, None, "no candidate is predicted to beat plain decoding by "
                                f"{args.margin:.0%}: plain decoding, nothing measured", {})
     elif not measured:  # shortlisted, yet nothing compared with plain decoding: no answer, plain decoding meanwhile
-        choice = decide.Choice(kinds.PLAIN, None, f"undecided: {', '.join(shortlisted)} shortlisted, none measured "
-                               "against plain decoding within the budget; plain decoding is served until a tune "
-                               "with more time settles it", {}, settled=False, left_out=choice.left_out)
+        choice = nothing_measured(shortlisted, choice)
     elif not choice.settled:
         said.append(choice.reason)
     said.extend(choice.settle)
     pairs = types_paired(blocks, short.shortlisted, extra, s.mix or s.shares)
-    return measured, dataclasses.replace(choice, pairs=pairs) if pairs else choice, per_wl, said
+    choice = dataclasses.replace(choice, pairs=pairs) if pairs else choice
+    for line in restate(results, Decision(measured, choice, d.workloads)):
+        s.progress.note(f"tune: {line}")
+    return measured, choice, d.prefers(), said
+
+
+def restate(results: dict[str, Any] | None, d: Decision) -> list[str]:
+    """The measurement's report (``measure.md``) and its results.json state the tune's choice, not a second answer:
+    the bench's build again, given ``d`` (the bench chose by the same rule on its own inputs, but the tune's margin,
+    shortlist, mix and the undecided reading of an unmeasured shortlist are the tune's). Nothing where the results
+    name no work dir (a test's); a report that cannot be rebuilt is said in one line and changes no choice."""
+    where = results or {}
+    if not all(where.get(k) for k in ("work_dir", "report", "assets")):
+        return []
+    try:
+        summary.build(ResultStore(Path(where["work_dir"])), Path(where["report"]), Path(where["assets"]),
+                      str(where.get("rule") or DEFAULT_RULE), decided=d)
+    except (OSError, ValueError, StoreError) as exc:
+        return [f"{where['report']} still states the bench's own reading of the measurement, not the tune's "
+                f"choice: {exc}"]
+    return []
 
 
 def types_paired(blocks: evidence.Blocks | None, leaders: list[str], extra: list[str],

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specops import kinds
+from specops.bench import ceiling as ceil
+from specops.bench.arms import ArmError, parse_arm
 from specops.bench.costmodel import (
     Overheads,
     Run,
@@ -85,9 +87,12 @@ def predict(costs: StepCosts, over: Overheads, draft_probe: Probe | None, length
 
 def ceiling_bounds(costs: StepCosts, lengths: Sequence[int]) -> dict[int, float]:
     """The most each draft length could gain: every drafted token accepted and no server overhead (which only pulls
-    a ratio toward 1). Below the margin for every length, no acceptance can pay on this host and the draft model's
-    probes are not worth their minutes (on a 2-core CPU the longest draft probe alone took ~45 s)."""
-    return {k: predicted_speedup(costs, Overheads(0.0), k, float(k)) for k in lengths}
+    a ratio toward 1), the bench's ceiling (:func:`specops.bench.ceiling.perfect_ceiling`, the one figure both prune
+    by) on the step costs. Below the margin for every length (:func:`specops.bench.ceiling.pays`), no acceptance can
+    pay on this host and the draft model's probes are not worth their minutes (on a 2-core CPU the longest draft
+    probe alone took ~45 s)."""
+    r = costs.draft_step_s / costs.target_step_s if costs.draft_step_s else 0.0
+    return {k: ceil.perfect_ceiling(costs.target_rel, k, r, costs.draft_rel) for k in lengths}
 
 
 PREDICTION_ERROR = 0.10  # the predictions' goal (|measured / predicted - 1|): closer than this, they cannot tell
@@ -230,6 +235,26 @@ class Choice:
                 "level": self.level}
 
 
+def tie_rank(name: str) -> tuple[int, int, int]:
+    """How much a profile costs to serve, for breaking ties: :func:`specops.kinds.tie_rank` for a tune candidate; for
+    another of the bench's arms (``draft-n8-p0.5``, ``draft-q4_0-n4``, ``ngram-mod-n8``: ``specops bench`` chooses by
+    this rule too) the same order read off its profile: the kind's tier (nothing loaded beside the target, the
+    target's MTP head, that head with an n-gram type, a draft model), the shorter draft, llama.cpp's own default type
+    first; an arm the bench cannot name last."""
+    if kinds.claims(name):
+        return kinds.tie_rank(name)
+    try:
+        arm = parse_arm(name)
+    except ArmError:
+        return (len(kinds.KINDS), 0, 1)
+    spec = str(arm.profile.get("spec_type", "none"))
+    kind = next((k for k in kinds.KINDS if k.spec_type == spec), None)  # a kind's type, a type list included
+    if kind is None and kinds.claims(spec):
+        kind = kinds.of(spec)  # an n-gram type: its kind
+    default = 0 if set(spec.split(",")) & kinds.ENGINE_DEFAULT_TYPES else 1
+    return (kind.tier if kind else len(kinds.KINDS), int(arm.profile.get("draft_n_max") or 0), default)
+
+
 def overlaps(a: Interval, b: Interval) -> bool:
     """Do two intervals share a value (the data cannot tell them apart)?"""
     assert a.low is not None and a.high is not None and b.low is not None and b.high is not None
@@ -283,7 +308,7 @@ def _tie(pool: Sequence[Measured], paired: Callable[[str, str], Interval | None]
         elif overlaps(m.speedup, best.speedup):
             members.append(m)
             unpaired.append(m.name)
-    members.sort(key=lambda m: (kinds.tie_rank(m.name), -m.speedup.estimate))
+    members.sort(key=lambda m: (tie_rank(m.name), -m.speedup.estimate))
     return _Tie(best, tuple(members), tuple(out), tuple(unpaired))
 
 
@@ -323,7 +348,7 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     decoding overlaps the best's, and the reason says so. Two intervals against plain decoding both carry the tasks'
     spread and plain decoding's noise, which the paired ratio cancels: ngram-mod 1.08× beside n8 1.30× on the same 12
     tasks overlapped, and ngram-mod was served in 22% of runs while n8 ÷ ngram-mod lay wholly above 1 in every one.
-    The cheapest deployable tie member (``kinds.tie_rank``) is served, whether or not the best itself is
+    The cheapest deployable tie member (:func:`tie_rank`) is served, whether or not the best itself is
     deployable (ngram-mod [1.05, 1.15] beside a wide n8 1.20 [0.97, 1.48]: ngram-mod) and never one that is not
     (ngram-mod 1.02 [1.01, 1.04] beside n8 [1.03, 1.17]: n8). Where the tie has no deployable member but a candidate
     the paired ratio kept out of it is deployable (confidently faster than plain decoding, the best paired faster

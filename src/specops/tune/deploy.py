@@ -1,5 +1,6 @@
 """The deploy's auto-tune (``llama_server_tune: auto``): what the tune may choose on a host, what of its choice the
-deploy applies, and the summary the speed gate's record keeps.
+deploy applies, and the summary the speed gate's record keeps; and the one mapping of a chosen profile to the
+service role's variables that ``specops bench`` writes down (:func:`role_vars`).
 
 Explicit settings win: the tune chooses only what the inventory left to it, ``llama_server_spec_type: auto`` (the
 kind: the draft model or an n-gram type or llama.cpp's ``default``) and ``llama_server_draft_n_max: null`` (the
@@ -22,7 +23,7 @@ from typing import Any
 
 from specops import kinds
 from specops.kinds import PLAIN
-from specops.knobs import spec_type_members, uses_draft_model
+from specops.knobs import bench_knobs, spec_type_members, uses_draft_model
 from specops.tune import mix
 
 SPEC_TYPE = "llama_server_spec_type"
@@ -235,3 +236,34 @@ def summary(result: Mapping[str, Any], applied: Applied, reused: bool) -> dict[s
         # difference explained (issue 78)
         "identity": result.get("identity"),
     }
+
+
+def role_vars(arm_def: Mapping[str, Any], threads: int | None, draft_threads: int | None,
+              derived_draft: str | None = None) -> dict[str, Any]:
+    """Every ``llama_server_*`` variable the bench's knobs set for an arm (``spec_type: none`` for the baseline): what
+    ``specops bench`` writes for its choice (:mod:`specops.bench.inventory`), each knob set or cleared."""
+    prof = dict(arm_def.get("profile", {}))
+    spec = prof.get("spec_type", "auto")
+    if spec == "auto":
+        spec = kinds.of_key("draft").spec_type if arm_def.get("draft") else "none"
+    out: dict[str, Any] = {}
+    for k in bench_knobs():
+        value = prof.get(k.name)
+        if k.name == "spec_type":
+            value = spec
+        elif k.name == "threads":
+            value = threads
+        elif k.name == "draft_threads":
+            value = draft_threads if arm_def.get("draft") else None
+        out[k.role_var] = value
+    # the service role always knows a draft model; an arm without one must clear it, or the draft
+    # would be loaded and never used (and the profile check refuses that combination)
+    if not arm_def.get("draft"):
+        out["llama_server_draft_model"] = ""
+    out["llama_server_environment"] = dict(arm_def.get("env") or {})
+    if derived_draft:
+        # a re-quantised draft: the file exists where the bench ran; the service role must make or
+        # copy it on each server (llama-quantize --allow-requantize DRAFT OUT TYPE)
+        out["llama_server_draft_requantize"] = arm_def.get("draft")
+        out["llama_server_draft_model_bench_path"] = derived_draft
+    return out

@@ -73,7 +73,7 @@ def measure(s: Setup, args: argparse.Namespace, names: list[str], plain_s_per_to
         return None, [f"{', '.join(names)}: not measured (budget spent before the measurement)"]
     opts = settings(s, args, names, minutes, plain_s_per_token, reserve)
     s.meter.update("measure", f"{', '.join(names)} side by side with plain decoding", s.left())
-    out = session.measure(opts, progress.MeasureProgress(s.meter, s.left, quiet=args.quiet))
+    out = session.measure(opts, progress.MeasureProgress(s.meter, s.left, quiet=args.quiet), say_choice=False)
     s.meter.leash.measured(out.status)  # the bench's exit 130 (SIGINT, SIGTERM) stops the tune
     if out.status != 0 or out.results is None:
         return None, [f"the side-by-side measurement ended with exit {out.status}: see {s.work / 'measure'}"]

@@ -1,6 +1,6 @@
 """The tune's second step: llama-bench on this host's device prices a verification batch and a draft step
 (:class:`~specops.bench.costmodel.StepCosts`); a draft model that cannot pay even with every drafted token accepted
-is ruled out before any probe (:func:`pruned`)."""
+is ruled out before any probe (:func:`pruned`, by the bench's rule: :func:`specops.bench.ceiling.pays`)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def pruned(s: Setup, args: argparse.Namespace, costs: StepCosts) -> tuple[dict[s
     if args.draft is None or not draft or args.measure_all or args.probe_all:
         return {}, []
     bounds = decide.ceiling_bounds(costs, [k for _, k in draft])
-    if max(bounds.values()) >= 1 + args.margin:
+    if ceil.pays(max(bounds.values()), args.margin):
         return {}, []
     # a draft step as slow as the target's: a draft drafting for itself (nothing to win), or a ceiling measured
     # beside other load (a 0.5B step read 0.53 s against the 1.5B's 0.09 s while a test ran): only the first may
