@@ -198,11 +198,11 @@ ROWS: list[tuple[str, list[Panel]]] = [
               no_value="No live check: plain decoding served, no traffic in the exporter's window, or a record "
               "without the tune's model or band (re-tune to get one); TabbyAPI has none",
               description="The tune's cost model on the live speculation counters over the exporter's window "
-              "(specops_tune_live_predicted_speedup) against its 99% prediction band for a window of n requests "
+              "(specops_tune_live_predicted_speedup) against its 95% prediction band for a window of n requests "
               "(specops_tune_live_band_low/high, n = specops_tune_live_window_requests: the window's tokens in the "
-              "tune's requests): where windows of n new requests of the tune's kinds read, at its shares or any "
-              "one of its workloads alone (the window's mix is not known live). Wide for a few requests, narrowing "
-              "as the window fills; not a confidence interval. Outside it for an hour: alert "
+              "tune's requests): where windows of n new requests of the tune's kinds read, drawn at its shares "
+              "(a window's own mix drawn too). Wide for a few requests, narrowing toward the tune's figure as the "
+              "window fills, so a lasting move to one workload reads outside; not a confidence interval. Outside it for an hour: alert "
               "SpecopsTuneTrafficChanged. The upper end (the live figure over the lowest a window of n of the "
               "tune's requests reads against their whole figure) below 1 for 30 minutes: "
               "SpecopsTuneLivePredictsLoss; traffic that drafts nothing reads 1 and never fires it."),

@@ -496,11 +496,12 @@ BAND_SERIES = ("specops_tune_live_window_requests", "specops_tune_live_band_low"
 
 
 def banded_model() -> dict[str, object]:
-    """The model with a band as the tune keeps it (:mod:`specops.tune.band`): the shares, edits alone, the windows."""
-    at = lambda mix, rows: bands.Spread(mix, 96.0, 1.2, rows)  # noqa: E731
-    band = bands.Band(0.99, at(bands.SHARES, ((1.0, 0.8, 1.9), (10.0, 0.95, 1.5), (100.0, 1.05, 1.35))),
-                      (at("edit", ((1.0, 0.9, 2.4), (10.0, 1.05, 1.8), (100.0, 1.15, 1.6))),),
-                      at(bands.SHARES, ((1.0, 0.85, 1.8), (10.0, 1.0, 1.4), (100.0, 1.12, 1.28))))
+    """The model with a band as the tune keeps it (:mod:`specops.tune.band`): the spread at the shares (at the traffic
+    band's level) and the windows' own (at the loss check's)."""
+    band = bands.Band(bands.Spread(bands.SHARES, 96.0, 1.2, ((1.0, 0.8, 1.9), (10.0, 0.95, 1.5), (100.0, 1.05, 1.35)),
+                                   level=0.95),
+                      bands.Spread(bands.SHARES, 96.0, 1.2, ((1.0, 0.85, 1.8), (10.0, 1.0, 1.4), (100.0, 1.12, 1.28)),
+                                   level=0.99))
     return {**live_model(), "band": band.to_dict()}
 
 
@@ -516,9 +517,35 @@ def test_the_band_is_read_at_the_windows_requests_beside_the_live_prediction(hos
     live_value = fams[LIVE][0].value
     assert fams["specops_tune_live_predicted_speedup_upper"][0].value == pytest.approx(band.upper(live_value, tokens))
     assert fams["specops_tune_live_predicted_speedup_upper"][0].value >= live_value
+    # each series says its own level: the traffic band's, the loss check's
     helps = {n: live_families(host)[n].documentation for n in BAND_SERIES}
+    assert all(helps[f"specops_tune_live_band_{e}"].startswith(f"{e.capitalize()} end of the 95% prediction band")
+               for e in ("low", "high"))
+    assert "can be at 99%," in helps["specops_tune_live_predicted_speedup_upper"]
     assert "prediction band for a window of n requests" in helps["specops_tune_live_band_low"]
     assert "Not a confidence interval" in helps["specops_tune_live_band_high"]
+
+
+def test_a_record_from_before_issue_79_reads_its_spread_at_the_shares_alone(host: Host) -> None:
+    # as the tune wrote it before issue 79 item 4: one level for all, and each workload's spread alone after the one
+    # at the shares (edits alone reaching well above it); the exporter reads the spread at the shares only, at 99%
+    old = json.loads(json.dumps(banded_model()["band"]))
+    for spread in (*old["spreads"], old["windows"]):
+        spread.pop("level")
+    old["level"] = 0.99
+    rows = ((1.0, 0.9, 2.4), (10.0, 1.05, 1.8), (100.0, 1.15, 1.6))
+    old["spreads"].append({**old["spreads"][0], "mix": "edit",
+                           "windows": [{"n": n, "low": lo, "high": hi} for n, lo, hi in rows]})
+    host.write(tune={**TUNE, "live_model": {**live_model(), "band": old}})
+    fams = live_exposition(host)
+    tokens = counter(SPEC_METRICS, "llamacpp:tokens_predicted_total")
+    low, high = bands.parse(old).shares.at(tokens / 96)
+    assert fams["specops_tune_live_band_low"][0].value == pytest.approx(low)
+    assert fams["specops_tune_live_band_high"][0].value == pytest.approx(high)
+    assert bands.Spread("edit", 96.0, 1.2, rows).at(tokens / 96)[1] > 1.05 * high  # the envelope's edge, not read
+    helps = {n: live_families(host)[n].documentation for n in BAND_SERIES}
+    assert "the 99% prediction band" in helps["specops_tune_live_band_low"]
+    assert "can be at 99%," in helps["specops_tune_live_predicted_speedup_upper"]
 
 
 def test_no_band_without_the_live_prediction_or_in_a_record_from_before_it(host: Host) -> None:

@@ -117,11 +117,16 @@ def live_prediction(tune: Tune | None, s: Snapshot, now: float) -> Iterator[Metr
         return
     band = tune.band
     low, high = band.edges(run.n_tokens)
-    level = f"{band.level:.1%}".replace(".0%", "%")
     yield _gauge("specops_tune_live_window_requests", band.window_requests(run.n_tokens))
     for edge, figure in (("low", low), ("high", high)):
-        yield _gauge(f"specops_tune_live_band_{edge}", figure, level=level)
-    yield _gauge("specops_tune_live_predicted_speedup_upper", band.upper(value, run.n_tokens), level=level)
+        yield _gauge(f"specops_tune_live_band_{edge}", figure, level=_level(band.level))
+    yield _gauge("specops_tune_live_predicted_speedup_upper", band.upper(value, run.n_tokens),
+                 level=_level(band.windows.level))
+
+
+def _level(level: float) -> str:
+    """A level as a series' help says it: 95%, 99%, 99.5%."""
+    return f"{level:.1%}".replace(".0%", "%")
 
 
 class SpecopsCollector(Collector):

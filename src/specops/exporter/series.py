@@ -178,9 +178,10 @@ _TUNE: tuple[Series, ...] = (
            "several), the n of specops_tune_live_band_low/high."),
     *(Series(f"specops_tune_live_band_{edge}", GAUGE, f"{edge.capitalize()} end of the {LEVEL} prediction band for a "
              "window of n requests (n: specops_tune_live_window_requests): where specops_tune_live_predicted_speedup "
-             "reads on windows of n new requests of the tune's kinds, at its shares or of any one of its workloads "
-             "alone (the window's mix is not known live). Not a confidence interval: wide for few requests, "
-             "narrowing with n. Absent with the live prediction, or without a band in the record.")
+             "reads on windows of n new requests of the tune's kinds drawn at its shares (a window's own mix drawn "
+             "too). Not a confidence interval: wide for few requests, narrowing with n toward the tune's figure, so "
+             "a lasting move to one workload reads outside. Absent with the live prediction, or without a band in "
+             "the record.")
       for edge in ("low", "high")),
     Series("specops_tune_live_predicted_speedup_upper", GAUGE, f"The most the live traffic's own speedup can be at "
            f"{LEVEL}, given specops_tune_live_predicted_speedup over a window of n requests: the live prediction over "
@@ -245,7 +246,8 @@ def markdown_table() -> str:
             labels = ", ".join(f"`{name}`" for name in s.labels)
             lines.append(f"| `{s.name}` | {s.type} | {labels} | {_readme_help(s)} |")
     lines += ["", f"{len(CATALOGUE)} series. W: the exporter's window in seconds (`--window`, `exporter_window`); "
-                  "L: the prediction band's level as the speed-gate record keeps it (the tune writes 99%). A "
+                  "L: a level as the speed-gate record keeps it (the tune writes 95% for the band, 99% for the upper "
+                  "end). A "
                   "histogram is exposed as `_bucket` (with `le`), `_sum` and `_count`; an info series' value is "
                   "always 1."]
     return "\n".join(lines) + "\n"

@@ -1,29 +1,35 @@
-"""The live check's **prediction band for a window of n requests** (issue 62 item 7), as the record keeps it and the
-exporter reads it (no numpy here: the exporter's hosts have none; the tune builds it, :mod:`specops.tune.windows`).
+"""The live check's **prediction band for a window of n requests** (issue 62 item 7, issue 79 item 4), as the record
+keeps it and the exporter reads it (no numpy here: the exporter's hosts have none; the tune builds it,
+:mod:`specops.tune.windows`).
 
 The live figure (:mod:`specops.tune.live`) is the tune's cost model on the speculation counters summed over the
 exporter's window. On traffic of the tune's own kinds it still moves from window to window: a window holds a few
 requests, and an edit drafts where prose does not. The band is that spread: the figure over windows of n new requests
-of the tune's kinds, from its low to its high quantile at :data:`LEVEL` (two-sided), by resampling the tune's measured
-requests (each window from its own reweighing of the tune's tasks: the tune's dozen tasks a workload only estimate
-their kind). It is wide for small windows, and narrows as n grows to about the uncertainty of the tune's own figure.
-It is not a confidence interval for the mean (``speedup.low``/``high`` are): on the standard set's CPU tune a window of
-10 of the tune's own requests falls outside that one 32% of the time (docs/measurements.md, 2026-12-02).
+of the tune's kinds **drawn at the tune's shares**, from its low to its high quantile at :data:`TRAFFIC` (two-sided),
+by resampling the tune's measured requests (each request's workload drawn by its share, so a window's own mix varies
+as the traffic's does and a small window often holds a run of one workload; each window from its own reweighing of the
+tune's tasks: the tune's dozen tasks a workload only estimate their kind). It is wide for small windows and narrows as
+n grows toward the mix's own figure, to about the uncertainty of the tune's own figure, which more requests a window do
+not shrink: past the table's largest n the band keeps that n's edges. It is not a confidence interval for the mean
+(``speedup.low``/``high`` are): on the standard set's CPU tune a window of 10 of the tune's own requests falls outside
+that one 32% of the time (docs/measurements.md, 2026-12-02).
 
-The window's mix is not known live (llama-server's counters carry no workload label), so the band compares like with
-like as far as the counters allow: it spans windows of n requests drawn **at the tune's shares and from each of its
-workloads alone** (a :class:`Spread` each). Traffic made of the tune's own kinds of request, in any mix of them, reads
-inside (a host whose traffic is all edits at the tune's own edit figure too: a mix's figure lies between its
-workloads'), and traffic unlike all of them reads outside.
+The window's mix is not known live (llama-server's counters carry no workload label). Ordinary traffic's window is a
+draw of the mix, and the band holds it; a lasting move to one workload moves every window toward that workload's own
+figure and, once n is large enough that the mix's band no longer reaches it, out of the band; the traffic alert holds
+an hour, so a run of one workload shorter than that does not fire. (Before issue 79 item 4 the band was the envelope of
+the spread at the shares and of each workload's alone: any traffic between the workloads' figures read inside, and a
+host tuned on 70/30 edits and prose never fired on prose alone.) scripts/sim-live-shift measures both
+(docs/measurements.md, 2026-12-07).
 
 The exporter knows the window's generated tokens, not its requests: n is the window's tokens ÷ a tune request's mean
-tokens (per spread, its own requests'), so a long live request counts as several tune requests. Past the table's
-largest n the edges close in on the centre as 1/√n; below n = 1 the band is n = 1's.
+tokens, so a long live request counts as several tune requests. Below n = 1 the band is n = 1's.
 
 The loss check needs the live figure **confidently** below 1: the live figure over n requests ÷ the lowest a window of
-n of the tune's own requests reads against their whole figure (``windows``: the windows' own spread, at the shares) is
-the most the traffic's own figure can be, at the band's level (:meth:`Band.upper`). Traffic that drafts nothing reads
-1, and 1 ÷ (a number at most 1) is at least 1: it never reads as a loss.
+n of the tune's own requests reads against their whole figure (``windows``: the windows' own spread, at the shares, at
+:data:`LEVEL`; past the table it closes in on the centre as 1/√n, :meth:`Spread.at`) is the most the traffic's own
+figure can be (:meth:`Band.upper`). Traffic that drafts nothing reads 1, and 1 ÷ (a number at most 1) is at least 1:
+it never reads as a loss.
 """
 
 from __future__ import annotations
@@ -34,25 +40,31 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Two-sided: a window of the tune's kinds of request reads below ``low`` (or above ``high``) 0.5% of the time. The
-# alerts hold an hour (30 minutes for the loss) of windows all outside; scripts/sim-live-alarms (docs/measurements.md,
-# 2026-12-02) found no false alarm in host-months of the tune's own traffic at 95%, 99% or 99.9%, and 99% still sees
-# a 10% loss at 100 requests a window on the 70/30 host where 99.9% does not.
+# Two-sided. The loss check's (the windows' own spread, :meth:`Band.upper`): 99%; scripts/sim-live-alarms
+# (docs/measurements.md, 2026-12-02) found no false alarm in host-months of the tune's own traffic at 95%, 99% or 99.9%,
+# and 99% still sees a 10% loss at 100 requests a window on the 70/30 host where 99.9% does not.
 LEVEL = 0.99
+# The traffic band's (the spread at the tune's shares, :meth:`Band.edges`): 95%. The traffic alert holds an hour of
+# windows all outside (a dozen windows of the exporter's 5 minutes), so a window's own noise past an edge makes no
+# alarm; what the level sets is how far the tune's own figure may be off its kinds' before a host reads outside for
+# good. scripts/sim-live-shift (docs/measurements.md, 2026-12-07): on the 70/30 host with edits spread 0.24, prose alone
+# at 20 requests a minute fires within 2 hours on 92.5% of hosts at 95% and 73.5% at 99%.
+TRAFFIC = 0.95
 GRID = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)  # window sizes tabulated (requests)
-SHARES = "the tune's shares"  # the spread drawn at the tune's shares (the others: one workload alone each)
+SHARES = "the tune's shares"  # the spread drawn at the tune's shares (before issue 79 item 4: also each workload alone)
 WHAT = ("a prediction band for a window of n requests: the spread of the live figure over windows of n new requests of "
-        "the tune's kinds (its measured requests resampled, its tasks reweighed each window, the edges widened on the "
-        "log scale for the kinds' tasks it did not measure), at its shares and of each of its workloads alone; "
-        "windows: the same windows about the tune's own figure, for the loss check")
+        "the tune's kinds drawn at its shares (its measured requests resampled, its tasks reweighed each window, the "
+        "edges widened on the log scale for the kinds' tasks it did not measure), narrowing with n to the tune's own "
+        "uncertainty of its figure; windows: the same windows about the tune's own figure, for the loss check")
 
 
 @dataclass(frozen=True)
 class Spread:
-    """How windows of one kind read: drawn at ``mix`` (:data:`SHARES`, or one workload's name alone). ``centre``: the
-    figure of a window without end; ``rows``: (n, low, high) at the band's level, n ascending; ``tasks``: the fewest
-    tasks a drawn workload measured, and ``widened``: how much wider than the resampled windows' the edges lie on the
-    log scale for the kind's tasks not measured (1: the tune's own requests alone; :mod:`specops.tune.windows`)."""
+    """How windows of one kind read: drawn at ``mix`` (:data:`SHARES`; a record from before issue 79 item 4 also kept
+    one workload's name alone). ``centre``: the figure of a window without end; ``rows``: (n, low, high) at ``level``,
+    n ascending; ``tasks``: the fewest tasks a drawn workload measured, and ``widened``: how much wider than the
+    resampled windows' the edges lie on the log scale for the kind's tasks not measured (1: the tune's own requests
+    alone; :mod:`specops.tune.windows`)."""
 
     mix: str
     tokens_per_request: float
@@ -60,6 +72,7 @@ class Spread:
     rows: tuple[tuple[float, float, float], ...]
     tasks: int = 0
     widened: float = 1.0
+    level: float = LEVEL
 
     def requests(self, tokens: float) -> float:
         """A window of ``tokens`` generated tokens, in this spread's requests."""
@@ -81,29 +94,34 @@ class Spread:
         return lo0 + (lo1 - lo0) * f, hi0 + (hi1 - hi0) * f
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mix": self.mix, "tokens_per_request": round(self.tokens_per_request, 2),
+        return {"mix": self.mix, "level": self.level, "tokens_per_request": round(self.tokens_per_request, 2),
                 "centre": round(self.centre, 5), "tasks": self.tasks, "widened": round(self.widened, 4),
                 "windows": [{"n": n, "low": round(lo, 5), "high": round(hi, 5)} for n, lo, hi in self.rows]}
 
 
 @dataclass(frozen=True)
 class Band:
-    """The band the record keeps: its level, the spread at the tune's shares and those of its workloads alone (new
-    requests of the tune's kinds: the traffic check), and the windows' own spread at the shares (the loss check)."""
+    """The band the record keeps: the spread at the tune's shares (new requests of the tune's kinds at
+    :data:`TRAFFIC`: the traffic check) and the windows' own spread at the shares (at :data:`LEVEL`: the loss
+    check)."""
 
-    level: float
     shares: Spread
-    alone: tuple[Spread, ...]
     windows: Spread
+
+    @property
+    def level(self) -> float:
+        """The traffic band's level."""
+        return self.shares.level
 
     def window_requests(self, tokens: float) -> float:
         """The window's requests as the tune's requests at its shares (its tokens ÷ their mean tokens)."""
         return self.shares.requests(tokens)
 
     def edges(self, tokens: float) -> tuple[float, float]:
-        """The band for a window of ``tokens`` generated tokens: the outer edges of every spread at its own n."""
-        edges = [s.at(s.requests(tokens)) for s in (self.shares, *self.alone)]
-        return min(lo for lo, _ in edges), max(hi for _, hi in edges)
+        """The band for a window of ``tokens`` generated tokens: the spread at the tune's shares at its n, held at the
+        table's largest n past it (there its width is the tune's own uncertainty, which a longer window keeps)."""
+        s = self.shares
+        return s.at(min(s.requests(tokens), s.rows[-1][0]))
 
     def upper(self, live: float, tokens: float) -> float:
         """The most the live traffic's own figure can be, given ``live`` over a window of ``tokens``: ``live`` ÷ the
@@ -113,7 +131,7 @@ class Band:
         return live * max(1.0, w.centre / low)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"what": WHAT, "level": self.level, "spreads": [s.to_dict() for s in (self.shares, *self.alone)],
+        return {"what": WHAT, "level": self.level, "spreads": [self.shares.to_dict()],
                 "windows": self.windows.to_dict()}
 
 
@@ -124,7 +142,13 @@ def _positive(where: str, v: Any) -> float:
     return float(v)
 
 
-def _spread(where: str, value: Any) -> Spread:
+def _level(where: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+        raise ValueError(f"{where} is {str(v)[:40]!r}, not a level between 0 and 1")
+    return float(v)
+
+
+def _spread(where: str, value: Any, level: float) -> Spread:
     if not isinstance(value, Mapping):
         raise ValueError(f"{where} is not an object")
     mix = value.get("mix")
@@ -146,22 +170,24 @@ def _spread(where: str, value: Any) -> Spread:
         raise ValueError(f"{where}.tasks is {str(tasks)[:40]!r}, not a count of tasks")
     return Spread(mix, _positive(f"{where}.tokens_per_request", value.get("tokens_per_request")),
                   _positive(f"{where}.centre", value.get("centre")), tuple(out), tasks,
-                  _positive(f"{where}.widened", value.get("widened", 1.0)))
+                  _positive(f"{where}.widened", value.get("widened", 1.0)),
+                  _level(f"{where}.level", value.get("level", level)))
 
 
 def parse(value: Any) -> Band:
-    """A record's ``live_model.band`` (as :meth:`Band.to_dict` writes it); ValueError (one line) when it is not one."""
+    """A record's ``live_model.band`` (as :meth:`Band.to_dict` writes it); ValueError (one line) when it is not one.
+    A spread without a level of its own is at the band's ``level``. A record from before issue 79 item 4 (no spread's
+    own level, all at 99%) keeps each workload's spread alone after the one at the shares: those are checked as
+    before and set aside, so its traffic band is its spread at the shares alone, at 99%."""
     if not isinstance(value, Mapping):
         raise ValueError(f"band is a JSON {type(value).__name__}, not an object")
-    level = value.get("level")
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
-        raise ValueError(f"band.level is {str(level)[:40]!r}, not a level between 0 and 1")
+    level = _level("band.level", value.get("level"))
     spreads = value.get("spreads")
     if not isinstance(spreads, Sequence) or isinstance(spreads, str) or not spreads:
         raise ValueError("band.spreads is not a list of spreads")
-    parsed = [_spread(f"band.spreads[{i}]", s) for i, s in enumerate(spreads)]
-    own = _spread("band.windows", value.get("windows"))
+    parsed = [_spread(f"band.spreads[{i}]", s, level) for i, s in enumerate(spreads)]
+    own = _spread("band.windows", value.get("windows"), level)
     for where, s in (("band.spreads[0]", parsed[0]), ("band.windows", own)):
         if s.mix != SHARES:
             raise ValueError(f"{where} is drawn at {s.mix!r}, not at {SHARES!r}")
-    return Band(float(level), parsed[0], tuple(parsed[1:]), own)
+    return Band(parsed[0], own)

@@ -169,8 +169,8 @@ def live_model(s: Setup, costs: StepCosts, over: Overheads | None, chosen: str, 
 def live_band(model: live.LiveModel, blocks: list[Mapping[str, Any]], chosen: str,
               shares: Mapping[str, float] | None) -> tuple[dict[str, Any] | None, str]:
     """The live figure's prediction band for a window of n requests (:mod:`specops.tune.band`): the model on windows
-    of the measurement's requests of ``chosen``, at ``shares`` (None: each task alike) and of each workload alone; None
-    and why where there is none (the exporter then exports no band, and the alerts that need one stay quiet)."""
+    of the measurement's requests of ``chosen``, drawn at ``shares`` (None: each task alike); None and why where there
+    is none (the exporter then exports no band, and the alerts that need one stay quiet)."""
     try:
         return windows.band(windows.from_blocks(blocks, chosen, BASELINE), shares, model.predict_sums).to_dict(), ""
     except ImportError as exc:

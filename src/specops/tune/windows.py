@@ -1,10 +1,10 @@
 """The band's spreads, by resampling (:mod:`specops.tune.band`; numpy, the tune's own dependency).
 
 A window of n requests is n requests drawn with replacement from the tune's measured requests of the chosen profile:
-a workload by its share (shares of requests), a task of it, a block of that task. Its figure is the one the live check
-computes: ``figure`` on the window's summed quantities (for the live model the tokens and speculation counters,
-:meth:`specops.tune.live.LiveModel.predict_sums`), so a window weighs each request by its time (a ratio of sums, never
-a mean of ratios).
+a workload by its share (shares of requests; so a window's own mix varies as the traffic's does), a task of it, a block
+of that task. Its figure is the one the live check computes: ``figure`` on the window's summed quantities (for the live
+model the tokens and speculation counters, :meth:`specops.tune.live.LiveModel.predict_sums`), so a window weighs each
+request by its time (a ratio of sums, never a mean of ratios).
 
 **New requests, not the tune's own again** (``predictive``, the band's default): the live traffic's requests are of the
 tune's kinds, not the very tasks it measured, and its dozen tasks a workload only estimate their kind. So each window
@@ -19,9 +19,9 @@ next task can read lower than all of a dozen measured. So the predictive spreads
 resampled windows', on the log scale about the centre, by :func:`predictive_factor` of the fewest tasks a drawn
 workload measured: Student's t with k − 1 degrees of freedom against the normal at the band's level (a new task's
 figure from k measured ones), times √((k + 1)/(k − 1)) (the reweighing's variance of the mean, s²(k − 1)/(k(k + 1)),
-against s²/k). 1.31 at 12 tasks, 1.85 at 6, 5.4 at 3; one task alone has no spread of its kind to go on: no band.
-Checked against halves of the recorded tunes, the band from one half and the traffic from the other
-(``scripts/sim-band-heldout``, docs/measurements.md).
+against s²/k). At the traffic band's 95%: 1.22 at 12 tasks, 1.55 at 6, 3.1 at 3 (at 99%: 1.31, 1.85, 5.4); one task
+alone has no spread of its kind to go on: no band. Checked against halves of the recorded tunes, the band from one
+half and the traffic from the other (``scripts/sim-band-heldout``, docs/measurements.md).
 
 How often each request is drawn in a window is multinomial: the same sums as n draws one by one, at a cost that does
 not grow with n. Seeded: the same requests give the same band.
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from specops.bench.stats import t_quantile
 from specops.tune import live
-from specops.tune.band import GRID, LEVEL, SHARES, Band, Spread
+from specops.tune.band import GRID, LEVEL, SHARES, TRAFFIC, Band, Spread
 
 if TYPE_CHECKING:
     import numpy as np
@@ -151,22 +151,19 @@ def spread(mix: str, samples: Sequence[Sample], shares: Mapping[str, float] | No
         raise ValueError(f"no figure for the requests at {mix}")
     if k != 1.0:
         rows = [(n, centre * (low / centre) ** k, centre * (high / centre) ** k) for n, low, high in rows]
-    return Spread(mix, float(mean[0]), centre, tuple(rows), tasks, k)
+    return Spread(mix, float(mean[0]), centre, tuple(rows), tasks, k, level)
 
 
 def band(samples: Sequence[Sample], shares: Mapping[str, float] | None, figure: Figure, level: float = LEVEL,
          grid: Sequence[int] = GRID, replicates: int = REPLICATES, seed: int = SEED, predictive: bool = True,
-         unseen: bool = True) -> Band:
-    """The band for ``samples`` at ``shares`` (None: each task alike), of each of their workloads alone where there are
-    several, and the windows' own spread at the shares (the loss check's)."""
+         unseen: bool = True, traffic: float = TRAFFIC) -> Band:
+    """The band for ``samples`` at ``shares`` (None: each task alike): windows of new requests of the tune's kinds at
+    ``traffic`` (the traffic check's), and the windows' own spread at ``level`` (the loss check's)."""
     if not samples:
         raise ValueError("no measured request")
-    args = (figure, level, grid, replicates, seed)
-    drawn = list(_shares(samples, shares))
-    alone = tuple(spread(wl, samples, {wl: 1.0}, *args, predictive=predictive, unseen=unseen)
-                  for wl in drawn) if len(drawn) > 1 else ()
-    return Band(level, spread(SHARES, samples, shares, *args, predictive=predictive, unseen=unseen), alone,
-                spread(SHARES, samples, shares, *args, predictive=False))
+    return Band(spread(SHARES, samples, shares, figure, traffic, grid, replicates, seed, predictive=predictive,
+                       unseen=unseen),
+                spread(SHARES, samples, shares, figure, level, grid, replicates, seed, predictive=False))
 
 
 def from_blocks(records: Iterable[Mapping[str, Any]], arm: str, ref: str) -> list[Sample]:
