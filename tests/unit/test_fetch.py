@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from specops import fetch as fetchmod
+from specops import fetchsources
 from specops.cli import main
 from specops.fetch import FetchError, ModelSpec, SpecError, fetch_model, spec_from_mapping
 from tests.unit.synthgguf import write_gguf
@@ -193,7 +194,7 @@ def test_disk_space_checked_first(
 ) -> None:
     spec = url_spec(server, gguf_bytes, size=len(gguf_bytes))
     real = shutil.disk_usage
-    monkeypatch.setattr(fetchmod.shutil, "disk_usage", lambda p: real(p)._replace(free=len(gguf_bytes)))
+    monkeypatch.setattr(fetchsources.shutil, "disk_usage", lambda p: real(p)._replace(free=len(gguf_bytes)))
     with pytest.raises(FetchError, match="not enough free disk space"):
         fetch_model(spec, tmp_path / "models", tmp_path)
     assert server.requests == []
@@ -336,7 +337,7 @@ def test_progress_output(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(fetchmod, "PROGRESS_MIN", 0)
+    monkeypatch.setattr(fetchsources, "PROGRESS_MIN", 0)
     fetch_model(url_spec(server, gguf_bytes), tmp_path / "models", tmp_path)
     assert f"{len(gguf_bytes) / 1e6:,.1f} MB (100%)" in capsys.readouterr().err
 
