@@ -12,7 +12,6 @@ from specops.bench.design import (
     AA,
     BASELINE,
     FASTER,
-    INCONCLUSIVE,
     NO_GAIN,
     SLOWER,
     Design,
@@ -20,6 +19,7 @@ from specops.bench.design import (
     rel_half_width,
 )
 from specops.bench.stats import Interval
+from specops.bench.verdict import INCONCLUSIVE
 
 TASKS = {"code": [f"c{i}" for i in range(8)], "prose": [f"p{i}" for i in range(6)]}
 

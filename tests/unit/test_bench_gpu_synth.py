@@ -16,7 +16,8 @@ import pytest
 from specops.argv import build_argv
 from specops.bench.arms import select_arms
 from specops.bench.capacity import capacity
-from specops.bench.runner import BenchConfig, BenchError, parse_rates
+from specops.bench.config import parse_rates
+from specops.bench.runner import BenchConfig, BenchError
 from specops.bench.tasks import load_tasks
 from specops.capabilities import parse_help
 from specops.cli import main

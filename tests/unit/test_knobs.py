@@ -26,7 +26,7 @@ CAPS = {era: parse_help(text) for era, text in HELP.items()}
 UNIVERSAL = {"--help", "--usage", "--version"}
 # A module may name a llama-server spelling that is not llama-server's flag there, with a reason.
 NOT_LLAMA_SERVER = {
-    ("src/specops/bench/runner.py", "--draft"): "specops bench's own --draft option (the draft model path)",
+    ("src/specops/bench/config.py", "--draft"): "specops bench's own --draft option (the draft model path)",
     ("src/specops/bench/capacity.py", "--ctx-size"): "specops bench's own --ctx-size option, in its advice",
     ("src/specops/tune/prepare.py", "--draft"): "specops tune's own --draft option (the draft model path)",
     ("src/specops/tune/slots.py", "--parallel"): "specops tune's own --parallel option (the service's slots)",

@@ -12,11 +12,9 @@ import pytest
 
 from specops.bench import weighted
 from specops.bench.design import (
-    ALPHA,
     FASTER,
     FUTILITY,
     NO_GAIN,
-    POCOCK,
     STOPS,
     Design,
     at_level,
@@ -24,6 +22,7 @@ from specops.bench.design import (
     look_level,
 )
 from specops.bench.stats import Interval, t_quantile
+from specops.bench.verdict import ALPHA, POCOCK
 
 pytestmark = pytest.mark.fast
 

@@ -15,8 +15,9 @@ from typing import Any
 from specops.bench import ceiling as ceil
 from specops.bench import identity, weighted
 from specops.bench.arms import AA, BASELINE
-from specops.bench.design import DIFFERS, INCONCLUSIVE, Block, Design, conclusion, rel_half_width
+from specops.bench.design import DIFFERS, Block, Design
 from specops.bench.stats import Interval, mean
+from specops.bench.verdict import INCONCLUSIVE, conclusion, rel_half_width
 
 ALL = "all"
 

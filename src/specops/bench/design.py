@@ -8,7 +8,8 @@ alike and cancels in the ratios formed inside the block.
 **Ratios.** In a block, an arm's ratio is its decode tok/s divided by the geometric mean of the two
 baselines' tok/s; the A/A ratio is baseline-again ÷ baseline. Per task the block ratios are averaged
 (geometric mean over repetitions); the 95% interval is a Student-t interval on the per-task log ratios:
-the tasks are the sample, so the interval speaks for the workload, not only for the tasks that ran.
+the tasks are the sample, so the interval speaks for the workload, not only for the tasks that ran
+(:mod:`specops.bench.estimates`).
 
 **Stopping.** Per arm and workload, once ``min_tasks`` tasks are in, the arm stops running that workload
 as soon as its interval settles the question the recommendation asks: wholly below 1.0 (*slower*), wholly
@@ -38,7 +39,7 @@ it. The measurement ends when every arm is decided, so a tune ends when it has d
 
 **Conclusions** (what the report and the recommendation read): *slower* (interval below 1), *faster*
 (interval above 1), *no gain* (interval below 1 + ``half_width``, or around 1.0 within it), or
-*inconclusive* with the reason (budget, tasks used up, too few tasks).
+*inconclusive* with the reason (budget, tasks used up, too few tasks): :mod:`specops.bench.verdict`.
 """
 
 from __future__ import annotations
@@ -48,11 +49,12 @@ import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specops.bench import allocate, weighted
+from specops.bench import allocate
 from specops.bench.arms import AA, BASELINE
-from specops.bench.stats import Interval, geomean_ratio_ci, t975, t_quantile
+from specops.bench.estimates import Estimates
+from specops.bench.stats import Interval
+from specops.bench.verdict import FASTER, NO_GAIN, SLOWER, at_level, conclusion, deployable, look_level, rel_half_width
 
-SLOWER, FASTER, NO_GAIN, INCONCLUSIVE = "slower", "faster", "no gain", "inconclusive"
 PRECISE = "precise"  # a stop, not a conclusion: the interval is narrow enough, whichever side of 1 it lies
 DIFFERS = "output differs"  # under rule 'identical': disqualified whatever its speed
 CONFIDENT = (SLOWER, FASTER, NO_GAIN, DIFFERS)
@@ -65,72 +67,6 @@ WHOLE = "on the whole"  # suffix of a stop judged on the shares' whole figure ("
 WHOLE_DF = 6
 RESERVED = "reserve"  # a held-back arm's status until it is measured
 UNSETTLED = "cannot settle"  # the whole figure could not settle were every task left measured
-
-
-# The tune's error budget (issue 79 item 1): over the whole run, every look (the last included) and every candidate
-# measured, the chance of serving a candidate whose true speedup is 1.00 or less is at most ALPHA, one-sided.
-ALPHA = 0.025
-# Each candidate's share of ALPHA (Bonferroni: ALPHA / the candidates measured) is spent on a constant boundary over
-# the looks (Pocock's form): each look, the last included, reads the same nominal one-sided level, POCOCK × the share.
-# Pocock's own constant for the tune's 6 to 31 looks on normal data would be 0.12-0.30 of it; the whole figure's far
-# tail at the CPU's wide edits misses toward 'faster' about twice as often as its nominal rate (a mean of a few
-# skewed times, its spread read from the same few), so POCOCK is set by simulation: scripts/sim-error-budget, at
-# 0.07 every cell of the recorded CPU and GPU spreads, one and three candidates, served a true 1.00 in at most 1.95%
-# of 8,000 runs, at 0.10 up to 2.8% of 2,000 (docs/measurements.md, 2026-12-07).
-POCOCK = 0.07
-
-
-def look_level(candidates: int, alpha: float = ALPHA) -> float:
-    """The two-sided level of the interval every look at a candidate reads to serve it, the final choice included:
-    each tail ``alpha`` × :data:`POCOCK` ÷ the ``candidates`` measured (one candidate: 99.65%, a tail of 0.175%;
-    three: 99.88%)."""
-    return 1.0 - 2.0 * alpha * POCOCK / max(1, candidates)
-
-
-def at_level(iv: Interval, level: float) -> Interval:
-    """The same figure at another two-sided ``level``: its half-width on the log scale scaled by the ratio of the t
-    quantiles at its own degrees of freedom (``iv.df``, else n − 1) and level (``iv.level``, else 95%). Every
-    interval the bench and the tune build is symmetric about its estimate on the log scale. No interval: as is."""
-    if not iv.has_ci or iv.low is None or iv.high is None or iv.low <= 0:
-        return iv
-    df = iv.df if iv.df is not None else iv.n - 1
-    old = iv.level if iv.level is not None else 0.95
-    if df < 1 or old == level:
-        return iv
-    scale = t_quantile(level, df) / t_quantile(old, df)
-    est = iv.estimate
-    return Interval(est, est * (iv.low / est) ** scale, est * (iv.high / est) ** scale, iv.n, iv.df, level)
-
-
-def deployable(iv: Interval, margin: float, level: float | None = None) -> bool:
-    """Confidently faster than plain decoding, and not confidently under 1 + ``margin``: what may be served (the
-    tune's choice, its figure at N streams, and the whole figure's stops read this one rule). ``level``: the level at
-    which "confidently faster" is read (:func:`at_level`; the run's error budget, :func:`look_level`); None: ``iv``'s
-    own. "Not confidently under 1 + ``margin``" reads ``iv`` as built (95%): a stricter level must not make a figure
-    confidently under the margin look as if it might gain it."""
-    serve = iv if level is None else at_level(iv, level)
-    return serve.significantly_above(1.0) and not iv.significantly_below(1.0 + margin)
-
-
-def rel_half_width(iv: Interval) -> float:
-    """Largest relative distance of the interval's ends from its estimate (inf without an interval)."""
-    if not iv.has_ci:
-        return math.inf
-    assert iv.low is not None and iv.high is not None
-    return max(iv.high / iv.estimate - 1.0, 1.0 - iv.low / iv.estimate)
-
-
-def conclusion(iv: Interval | None, half_width: float) -> str:
-    """What an interval lets one say about an arm against baseline."""
-    if iv is None or not iv.has_ci:
-        return INCONCLUSIVE
-    if iv.significantly_below(1.0):
-        return SLOWER
-    if iv.significantly_above(1.0):
-        return FASTER
-    if iv.significantly_below(1.0 + half_width) or rel_half_width(iv) <= half_width:
-        return NO_GAIN
-    return INCONCLUSIVE
 
 
 @dataclass(frozen=True)
@@ -152,7 +88,7 @@ class Status:
     done: dict[int, int] = field(default_factory=dict)  # rep -> tasks done in that rep
 
 
-class Design:
+class Design(Estimates):
     """Sequential state of a run: feed it finished blocks, ask it for the next one.
 
     ``tasks``: ``{workload: [task ids in run order]}``. ``arms``: the speculative arms (not the baselines).
@@ -294,112 +230,6 @@ class Design:
                 if st.stopped is None:
                     st.stopped = "budget"
 
-    # ---- reading ----------------------------------------------------------------------------
-    def task_ratios(self, arm: str, wl: str | None = None) -> dict[str, float]:
-        """``{task: geometric mean of its block ratios}`` for one workload (or all)."""
-        rows = self.ratios.get(arm, {})
-        out: dict[str, float] = {}
-        for w, tasks in rows.items():
-            if wl is not None and w != wl:
-                continue
-            for task, rs in tasks.items():
-                out[task] = math.exp(sum(math.log(r) for r in rs) / len(rs))
-        return out
-
-    def measurement_var(self) -> float:
-        """Variance of one block's log ratio from measurement alone, from the A/A pairs (pooled): the A/A
-        ratio is measurement noise and nothing else, and it is at least as noisy as an arm's ratio."""
-        logs = [math.log(r) for tasks in self.ratios.get(AA, {}).values() for rs in tasks.values() for r in rs]
-        if len(logs) < 2:
-            return 0.0
-        m = sum(logs) / len(logs)
-        return sum((x - m) ** 2 for x in logs) / (len(logs) - 1)
-
-    def interval(self, arm: str, wl: str) -> Interval | None:
-        """95% interval of the arm's speedup over the workload's task set.
-
-        The task set is a fixed, finite benchmark and its tasks are drawn without replacement in a random
-        order: the spread between tasks counts with the finite-population correction (1 - n/N), measurement
-        noise (from the A/A pairs) in full. With every task in, only measurement noise is left. The A/A check
-        itself is pure measurement noise: a plain t-interval."""
-        ratios = self.task_ratios(arm, wl)
-        if not ratios:
-            return None
-        if arm == AA or not self.fpc:
-            return geomean_ratio_ci(list(ratios.values()))
-        logs = [math.log(r) for r in ratios.values()]
-        n, big_n = len(logs), max(len(self.tasks[wl]), len(logs))
-        m = sum(logs) / n
-        if n < 2:
-            return Interval(math.exp(m), None, None, n)
-        s2 = sum((x - m) ** 2 for x in logs) / (n - 1)
-        reps = [len(rs) for rs in self.ratios[arm][wl].values()]
-        meas = self.measurement_var() / (sum(reps) / len(reps))
-        var = max(s2 - meas, 0.0) * (1 - n / big_n) / n + min(meas, s2) / n
-        half = t975(n - 1) * math.sqrt(var)
-        return Interval(math.exp(m), math.exp(m - half), math.exp(m + half), n)
-
-    def new_task_interval(self, arm: str, wl: str) -> Interval | None:
-        """95% prediction interval of the arm's speedup on one *new* task of this workload, one not in the set.
-
-        :meth:`interval` answers "how fast on these tasks": with every task in, only measurement noise is left
-        and it can be narrow. A new task of the same kind can land anywhere the tasks spread: a Student-t
-        prediction interval on the log ratios, exp(m ± t(n-1)·s·√(1 + 1/n)), with no finite-population
-        correction. Needs two tasks."""
-        ratios = self.task_ratios(arm, wl)
-        if not ratios:
-            return None
-        logs = [math.log(r) for r in ratios.values()]
-        n = len(logs)
-        m = sum(logs) / n
-        if n < 2:
-            return Interval(math.exp(m), None, None, n)
-        s2 = sum((x - m) ** 2 for x in logs) / (n - 1)
-        half = t975(n - 1) * math.sqrt(s2 * (1 + 1 / n))
-        return Interval(math.exp(m), math.exp(m - half), math.exp(m + half), n)
-
-    def whole(self, arm: str, level: float = 0.95) -> Interval | None:
-        """With shares: the shares' speedup weighted by time (:func:`specops.bench.weighted.speedup`, a pooled
-        within-workload variance) at ``level``; None until every workload with a share has a task of the arm."""
-        assert self.shares is not None
-        ratios = {w: self.task_ratios(arm, w) for w in self.shares}
-        if any(not r for r in ratios.values()):
-            return None
-        seconds = {w: {t: sum(v) / len(v) for t, v in ts.items()} for w, ts in self.plain_s.items()}
-        return weighted.speedup(weighted.timed(ratios, seconds), self.shares, level=level)
-
-    def mix_interval(self, arm: str, workloads: Iterable[str] | None = None) -> Interval | None:
-        """The whole mix: every workload weighs the same (a stratified estimate), so an arm that ran
-        longer on the workloads where it wins is not favoured. Normal interval on the mean of the
-        workloads' log estimates, with the smallest per-workload t quantile's degrees of freedom.
-        With shares (and no ``workloads``): :meth:`whole` at 95%."""
-        if self.shares is not None and workloads is None:
-            return self.whole(arm)
-        logs: list[float] = []
-        vars_: list[float] = []
-        dfs: list[int] = []
-        for w in workloads or self.workloads:
-            iv = self.interval(arm, w)
-            if iv is None:
-                continue
-            logs.append(math.log(iv.estimate))
-            if iv.has_ci:
-                assert iv.high is not None
-                se = (math.log(iv.high) - math.log(iv.estimate)) / t975(iv.n - 1)
-                vars_.append(se * se)
-                dfs.append(iv.n - 1)
-        if not logs:
-            return None
-        m = sum(logs) / len(logs)
-        n = sum(len(self.task_ratios(arm, w)) for w in workloads or self.workloads)
-        if len(vars_) != len(logs):
-            return Interval(math.exp(m), None, None, n)
-        se = math.sqrt(sum(vars_)) / len(logs)
-        half = t975(max(1, min(dfs))) * se
-        return Interval(math.exp(m), math.exp(m - half), math.exp(m + half), n, max(1, min(dfs)))
-
-    def n_tasks(self, arm: str, wl: str) -> int:
-        return len(self.ratios.get(arm, {}).get(wl, {}))
 
     def alive(self, wl: str) -> list[str]:
         return [a for a in self.arms if self.status[a][wl].stopped is None]
@@ -517,25 +347,6 @@ class Design:
                 for st in self.status[nxt].values():
                     st.stopped = None
                 return
-
-    def projection(self, arm: str, level: float = 0.95) -> tuple[float, float] | None:
-        """On the log scale: (the whole figure's half-width at ``level`` were every task measured, how far its
-        estimate can still move: about 2·√(Σ w_k²·s_k²·(1/n_k − 1/N_k)), nothing where a workload is used up).
-        Each workload's spread s_k is shrunk toward the pooled one as the allocation does
-        (:func:`specops.bench.allocate.shrunk`), n_k its tasks in, N_k in all. None: no degrees of freedom to project
-        with."""
-        assert self.shares is not None
-        spreads = {w: allocate.spread([[math.log(r) for r in self.task_ratios(arm, w).values()]]) for w in self.shares}
-        pooled = allocate.pooled(spreads.values())
-        big = {w: len(self.tasks[w]) for w in self.shares}
-        if sum(big.values()) - len(big) < 1:
-            return None
-        s2 = {w: allocate.shrunk(spreads[w], pooled) ** 2 for w in self.shares}
-        half = t_quantile(level, sum(big.values()) - len(big)) * math.sqrt(sum(self.shares[w] ** 2 * s2[w] / big[w]
-                                                                               for w in self.shares))
-        n = {w: max(1, min(self.n_tasks(arm, w), big[w])) for w in self.shares}
-        reach = 2 * math.sqrt(sum(self.shares[w] ** 2 * s2[w] * (1 / n[w] - 1 / big[w]) for w in self.shares))
-        return half, reach
 
     def can_settle(self, arm: str, iv: Interval) -> bool:
         """Could the whole figure still settle (deployable at :meth:`serve_level`, or no gain or slower at 95%) were
@@ -669,11 +480,6 @@ class Design:
             return True
         pooled = self.aa_pooled()
         return pooled is None or rel_half_width(pooled) > self.aa_precision
-
-    def aa_pooled(self) -> Interval | None:
-        """The A/A check over every block of the run (block ratios, not task means)."""
-        rs = [r for tasks in self.ratios.get(AA, {}).values() for rr in tasks.values() for r in rr]
-        return geomean_ratio_ci(rs) if rs else None
 
     def shuffled(self, block: Block) -> list[str]:
         """The order of the block's servers: positions balanced, not only random.

@@ -13,8 +13,8 @@ from specops.bench import identity
 from specops.bench.analysis import ALL, ArmWorkload
 from specops.bench.arms import AA, BASELINE
 from specops.bench.plots import plots as plots  # the report's plots, where summary and the tune's tests find them
+from specops.bench.progress import fmt_s
 from specops.bench.recommend import Pick
-from specops.bench.runner import fmt_s
 from specops.knobs import knob
 
 

@@ -9,278 +9,39 @@ one request after another in a shuffled order. After every request the server's 
 are read from ``/metrics``.
 
 Every finished block is appended to ``blocks.jsonl`` in the work directory, so an interrupted run
-resumes where it stopped; a budget ends the run before a block that would not fit in it.
+resumes where it stopped; a budget ends the run before a block that would not fit in it. The run's configuration is
+:mod:`specops.bench.config`, its progress lines :mod:`specops.bench.progress`, a server's memory and counters
+:mod:`specops.bench.meters`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import itertools
-import json
-import math
 import os
 import random
-import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, TextIO
+from dataclasses import replace
+from typing import Any
 
 import httpx
-import psutil
 
 from specops.argv import FlagError
 from specops.bench import explain, weighted
 from specops.bench.arms import Arm
-from specops.bench.ceiling import arm_n_max
-from specops.bench.design import AA, BASELINE, DIFFERS, NO_GAIN, SLOWER, Block, Design, rel_half_width
+from specops.bench.config import BenchConfig, BenchError
+from specops.bench.design import AA, BASELINE, DIFFERS, NO_GAIN, SLOWER, Block, Design
+from specops.bench.meters import RssSampler, counter_delta, spec_counters
+from specops.bench.progress import Progress
 from specops.bench.request import RequestFailed, RequestResult, chat_body, stream_chat
 from specops.bench.slicer import run_sliced, sliced_rate
 from specops.bench.store import ResultStore
 from specops.bench.tasks import Task
-from specops.capabilities import Capabilities
-from specops.client import (
-    SPEC_ACCEPTED_PER_POS,
-    SPEC_ACCEPTED_TOKENS,
-    SPEC_DRAFT_TOKENS,
-    SPEC_DRAFTS,
-    ServerError,
-    parse_metrics,
-)
-from specops.fit import GPU_BACKENDS
-from specops.profile import ProfileError, ServerProfile
+from specops.client import ServerError
 from specops.server import ServerProcess, ServerStartError
 
 WARMUP_MESSAGES = [{"role": "user", "content": "Reply with one short sentence: what is a warm-up lap?"}]
 WARMUP_TOKENS = 24
-
-
-class BenchError(RuntimeError):
-    """The bench cannot go on; the message says what happened and where partial results are."""
-
-
-@dataclass
-class BenchConfig:
-    target: Path
-    draft: Path | None
-    server_binary: Path
-    caps: Capabilities
-    tasks: list[Task]
-    max_tokens: int = 192
-    seed: int = 42
-    reps: int = 1
-    threads: int | None = None
-    draft_threads: int | None = None
-    ctx_size: int = 4096
-    derived_drafts: dict[str, Path] = field(default_factory=dict)
-    start_timeout: float = 300.0
-    budget_s: float | None = None
-    # seconds one request is expected to take before any block has run (the budget's check of the first block;
-    # None: the first block always runs, however long)
-    request_guess_s: float | None = None
-    capacity: int | None = None  # servers that fit side by side (None: all)
-    interleave: str = "slices"  # slices: a block's requests time-sliced; requests: one after another
-    slice_s: float = 0.5
-    recycle: int | None = 8  # reload every server (in a new order) every this many blocks
-    backend: str = "cpu"  # the build's (PREFIX/build-info.json); a GPU one puts every layer on the GPU
-    # benchmarking only: llama.cpp's synthetic acceptance imposed on every speculative arm (knob spec_synth_rates,
-    # the first n_max per-position rates): speed is the real draft's and verifier's, acceptance is imposed
-    synth_rates: tuple[float, ...] = ()
-
-    @property
-    def gpu(self) -> bool:
-        """A GPU build: every layer of target and draft on the GPU (a server that does not fit fails)."""
-        return self.backend in GPU_BACKENDS
-
-    def draft_for(self, arm: Arm) -> Path | None:
-        if arm.draft is None:
-            return None
-        if arm.draft == "draft":
-            if self.draft is None:
-                raise BenchError(f"arm {arm.name} needs a draft model: pass --draft")
-            return self.draft
-        if arm.draft not in self.derived_drafts:
-            raise BenchError(f"arm {arm.name} needs the {arm.draft} draft, which was not derived")
-        return self.derived_drafts[arm.draft]
-
-    def profile_for(self, arm: Arm) -> ServerProfile:
-        data: dict[str, Any] = {
-            "model": str(self.target),
-            "ctx_size": self.ctx_size,
-            "parallel": 1,
-            "threads": self.threads,
-            "metrics": True,
-            "slots": True,
-            # saved prompt states do not change decode speed; without them memory stays what the fit says
-            "cache_ram_mib": 0,
-        }
-        if self.gpu:
-            # not llama.cpp's 'auto', which fits what is free at start: the later of several servers side by side
-            # would silently keep layers on the CPU and measure slower
-            data["ngl"] = "all"
-        data.update(arm.profile)
-        draft = self.draft_for(arm)
-        if draft is not None:
-            data["draft_model"] = str(draft)
-            if self.draft_threads is not None:
-                data["draft_threads"] = self.draft_threads
-            if self.gpu:
-                data["draft_ngl"] = "all"
-        if self.synth_rates and arm.speculative:
-            data["spec_synth_rates"] = synth_rates_for(self.synth_rates, arm)
-        try:
-            return ServerProfile.from_dict(data)
-        except ProfileError as exc:
-            raise BenchError(f"arm {arm.name}: {exc}") from exc
-
-    def task(self, task_id: str) -> Task:
-        for t in self.tasks:
-            if t.id == task_id:
-                return t
-        raise BenchError(f"task {task_id} is not in the task set")
-
-
-def synth_rates_for(rates: tuple[float, ...], arm: Arm) -> str:
-    """The synthetic acceptance (knob ``spec_synth_rates``) for ``arm``: llama.cpp wants exactly one rate per draft
-    position."""
-    n = arm_n_max(arm.profile)
-    if len(rates) < n:
-        raise BenchError(f"arm {arm.name} drafts up to {n} tokens but the synthetic acceptance gives "
-                         f"{len(rates)} rates; give one per position")
-    return ",".join(f"{r:.4f}" for r in rates[:n])
-
-
-def parse_rates(text: str) -> tuple[float, ...]:
-    """``P0,P1,...`` (as llama-server takes them) or a JSON file with a ``rates`` list: unconditional
-    per-position acceptance, each in [0, 1], non-increasing."""
-    path = Path(text)
-    try:
-        raw = json.loads(path.read_text())["rates"] if path.is_file() else text.split(",")
-        rates = tuple(float(x) for x in raw)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BenchError(f"synthetic acceptance {text!r}: want P0,P1,... or a JSON file with 'rates' ({exc})") from None
-    if not rates or any(not 0 <= r <= 1 for r in rates) or any(b > a for a, b in itertools.pairwise(rates)):
-        raise BenchError(f"synthetic acceptance {text!r}: rates must be within [0, 1] and non-increasing")
-    return rates
-
-
-def fmt_s(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    h, rem = divmod(seconds, 3600)
-    return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
-
-
-class Progress:
-    """Live progress on stderr: a line per block, and the state of every arm every few blocks."""
-
-    def __init__(self, stream: TextIO | None = None, quiet: bool = False, every: int = 4) -> None:
-        self.stream = stream or sys.stderr
-        self.quiet = quiet
-        self.every = every
-        self.t0 = time.monotonic()
-
-    def note(self, text: str) -> None:
-        if not self.quiet:
-            print(text, file=self.stream, flush=True)
-
-    def block(self, design: Design, block: Block, tps: Mapping[str, float | None], elapsed: float,
-              budget: float | None, tasks_total: int) -> None:
-        base = tps.get(BASELINE) or 0.0
-        parts = []
-        for arm in block.arms:
-            v = tps.get(arm)
-            if v is None:
-                parts.append(f"{arm} –")
-            elif arm == BASELINE:
-                parts.append(f"{arm} {v:.1f}")
-            else:
-                parts.append(f"{arm} {v:.1f} ({v / base:.2f})" if base else f"{arm} {v:.1f}")
-        left = f", {fmt_s(budget - elapsed)} of budget left" if budget else ""
-        self.note(f"[block {block.index + 1}, {fmt_s(elapsed)}{left}] {block.workload}/{block.task}: "
-                  + ", ".join(parts) + " tok/s")
-        if (block.index + 1) % self.every == 0:
-            self.state(design, tasks_total)
-
-    def state(self, design: Design, tasks_total: int) -> None:
-        alive = design.running()
-        self.note(f"  arms running: {len(alive)}/{len(design.arms)} ({', '.join(alive) or 'none'}); "
-                  f"blocks done: {design.blocks} of at most {tasks_total * design.reps}")
-        for wl in design.workloads:
-            aa = design.interval(AA, wl)
-            cells = [f"A/A {aa.fmt()}" if aa else "A/A –"]
-            for arm in design.arms:
-                iv = design.interval(arm, wl)
-                st = design.status[arm][wl].stopped
-                if iv is None:
-                    continue
-                hw = rel_half_width(iv)
-                cells.append(f"{arm} {iv.fmt()}" + (f" ±{hw:.0%}" if math.isfinite(hw) else "")
-                             + (f" [{st}]" if st else ""))
-            self.note(f"  {wl}: " + "; ".join(cells))
-
-
-class RssSampler:
-    """Peak resident set size of a process, sampled in a background thread."""
-
-    def __init__(self, pid: int, interval: float = 0.5) -> None:
-        self.proc = psutil.Process(pid)
-        self.interval = interval
-        self.peak = 0
-        self.first = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def sample(self) -> int:
-        try:
-            rss = int(self.proc.memory_info().rss)
-        except psutil.Error:
-            return 0
-        self.peak = max(self.peak, rss)
-        return rss
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def start(self) -> RssSampler:
-        self.first = self.sample()
-        self._thread.start()
-        return self
-
-    def stop(self) -> dict[str, int]:
-        self._stop.set()
-        with contextlib.suppress(RuntimeError):
-            self._thread.join(2)
-        last = self.sample()
-        return {"after_load": self.first, "peak": self.peak, "last": last}
-
-
-def spec_counters(text: str) -> dict[str, Any]:
-    samples = parse_metrics(text)
-    out: dict[str, Any] = {"draft_tokens": 0.0, "accepted": 0.0, "drafts": 0.0, "per_pos": {}}
-    for s in samples:
-        if s.name == SPEC_DRAFT_TOKENS:
-            out["draft_tokens"] = s.value
-        elif s.name == SPEC_ACCEPTED_TOKENS:
-            out["accepted"] = s.value
-        elif s.name == SPEC_DRAFTS:
-            out["drafts"] = s.value
-        elif s.name == SPEC_ACCEPTED_PER_POS and "position" in s.labels:
-            out["per_pos"][s.labels["position"]] = s.value
-    return out
-
-
-def counter_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    per_pos = {k: v - before["per_pos"].get(k, 0.0) for k, v in after["per_pos"].items()}
-    return {
-        "draft_tokens": after["draft_tokens"] - before["draft_tokens"],
-        "accepted": after["accepted"] - before["accepted"],
-        "drafts": after["drafts"] - before["drafts"],
-        "per_pos": dict(sorted(per_pos.items(), key=lambda kv: int(kv[0]))),
-    }
 
 
 class Loaded:

@@ -19,8 +19,9 @@ from specops.bench import plan as plans
 from specops.bench.capacity import fit_servers
 from specops.bench.design import Design
 from specops.bench.lineup import Lineup
+from specops.bench.progress import fmt_s
 from specops.bench.resolve import resolve
-from specops.bench.runner import BenchConfig, BenchError, Progress, fmt_s
+from specops.bench.runner import BenchConfig, BenchError, Progress
 from specops.bench.runner import run as run_design
 from specops.bench.settings import BenchSettings
 from specops.bench.store import ResultStore, StoreError

@@ -19,9 +19,10 @@ from pathlib import Path
 
 from specops.bench import arms as armsmod
 from specops.bench import session
+from specops.bench.config import parse_rates
 from specops.bench.identity import RULES
 from specops.bench.inventory import ApplyError, apply
-from specops.bench.runner import BenchError, Progress, parse_rates
+from specops.bench.runner import BenchError, Progress
 from specops.bench.settings import DEFAULT_DRAFT, DEFAULT_TARGET, BenchSettings, default_model
 from specops.bench.store import StoreError
 from specops.bench.tasks import STANDARD_SET
@@ -42,7 +43,7 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def rates_arg(text: str) -> tuple[float, ...]:
-    """``--synth-rates`` (bench and tune): :func:`specops.bench.runner.parse_rates` as an argparse type."""
+    """``--synth-rates`` (bench and tune): :func:`specops.bench.config.parse_rates` as an argparse type."""
     try:
         return parse_rates(text)
     except BenchError as exc:

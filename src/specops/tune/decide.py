@@ -30,8 +30,8 @@ from specops.bench.costmodel import (
     predicted_speedup,
     survival,
 )
-from specops.bench.design import ALPHA, at_level, deployable, look_level
 from specops.bench.stats import Interval, t975, t_quantile
+from specops.bench.verdict import ALPHA, at_level, deployable, look_level
 from specops.kinds import PLAIN
 
 
