@@ -86,6 +86,14 @@ def test_no_function_in_src_is_over_80_lines():
     assert not long, "split these into named parts: " + "; ".join(long)
 
 
+def test_no_module_in_src_is_over_500_lines():
+    """Issue 80: a 984-line drain and a 1,124-line fit became modules of one concern each; keep every module short
+    enough to read whole (split by what it does, never by the count)."""
+    long = [f"{p.relative_to(SRC)} ({n} lines)" for p in sorted(SRC.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 500]
+    assert not long, "split these by concern: " + "; ".join(long)
+
+
 def test_product_commands_carry_no_lab_path():
     """Issue 41 item 2: a product command's default build is the deployed install or what the caller names; the
     lab's build (~/.cache/specops/lab/...) is passed by the lab, never guessed by the product."""
