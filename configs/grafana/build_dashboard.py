@@ -202,9 +202,9 @@ ROWS: list[tuple[str, list[Panel]]] = [
               "(specops_tune_live_band_low/high, n = specops_tune_live_window_requests: the window's tokens in the "
               "tune's requests): where windows of n new requests of the tune's kinds read, drawn at its shares "
               "(a window's own mix drawn too). Wide for a few requests, narrowing toward the tune's figure as the "
-              "window fills, so a lasting move to one workload reads outside; not a confidence interval. Outside it for an hour: alert "
-              "SpecopsTuneTrafficChanged. The upper end (the live figure over the lowest a window of n of the "
-              "tune's requests reads against their whole figure) below 1 for 30 minutes: "
+              "window fills, so a lasting move to one workload reads outside; not a confidence interval. "
+              "Outside it for an hour: alert SpecopsTuneTrafficChanged. The upper end (the live figure over the "
+              "lowest a window of n of the tune's requests reads against their whole figure) below 1 for 30 minutes: "
               "SpecopsTuneLivePredictsLoss; traffic that drafts nothing reads 1 and never fires it."),
         Panel("Build, models and speculation settings", [(f"llamacpp_server_info{{{SEL}}}", "")], "table",
               width=24, height=6, instant=True),

@@ -83,7 +83,8 @@ class CallbackModule(CallbackBase):
 
     def _release(self, hosts: list[str], path: str, run_id: str) -> tuple[int, str]:
         args = context.CLIARGS
-        try:   # specops.host.deploy_lock, in the zip the roles run it from (roles/specops_package/tasks/host_scripts.yml)
+        # specops.host.deploy_lock, in the zip the roles run it from (roles/specops_package/tasks/host_scripts.yml)
+        try:
             scripts = hostzip.build(paths.cache_dir() / "host-scripts")
         except OSError as exc:
             return 1, f"the host scripts zip: {exc}"
