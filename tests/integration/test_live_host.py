@@ -108,7 +108,7 @@ def test_the_gate_under_load_never_reverses_the_idle_verdict(live, labhost):
 # the unit-swap steps: the banner printed right after each one completed
 SWAP_STEPS = {
     "after the unit file was installed": "TASK [llama_server : Reload systemd]",
-    "after systemd reloaded it": "TASK [llama_server : Does the running process run the unit on disk?",
+    "after systemd reloaded it": "TASK [llama_server : Drain, then restart",
     "after the restart, before the proof": "TASK [llama_server : Drain result]",
 }
 

@@ -35,7 +35,7 @@ GRAFANA_VARS = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "15s"
 UNSUPPORTED_PANEL = "Series this engine cannot give [A]"
 # the live check's prediction band for a window of n requests, as the tune keeps it beside its model: the panel
 # "The live check" plots it against the live prediction
-BAND = Band(0.99, Spread(SHARES, 24.0, 0.8, ((1.0, 0.5, 1.2), (1000.0, 0.75, 0.85))), (),
+BAND = Band(Spread(SHARES, 24.0, 0.8, ((1.0, 0.5, 1.2), (1000.0, 0.75, 0.85)), level=0.95),
             Spread(SHARES, 24.0, 0.8, ((1.0, 0.6, 1.0), (1000.0, 0.78, 0.82)))).to_dict()
 PROMPTS = ["Write the numbers from one to twenty:", "List the days of the week:",
            "The alphabet in capital letters is", "Count backwards from ten:", "Name the planets:"]

@@ -285,3 +285,15 @@ def test_identity_is_compared_with_the_arms_own_reference() -> None:
         texts = {a: ("exact text" if a.startswith("exact") else "plain text") for a in b.arms}
         d.add(b, {a: 10.0 for a in b.arms}, texts)
     assert d.status["exact-n2"]["w"].stopped != "output differs"
+
+
+def test_a_very_wide_interval_at_a_high_level_stays_a_number():
+    """A tune's MTP run read an interval of [7e-06, 1.5e6] at 1 degree of freedom; scaled to 99.9% its ends overflowed
+    a float (OverflowError in the whole suite, 2026-12-07). Now bounded on the log scale, and never deployable."""
+    from specops.bench.stats import Interval
+    from specops.bench.verdict import at_level, deployable
+
+    iv = Interval(estimate=3.37, low=7.37e-06, high=1.54e6, n=4, df=1, level=0.95)
+    wide = at_level(iv, 0.999125)
+    assert 0 < wide.low < iv.low and wide.high > iv.high and wide.level == 0.999125
+    assert not deployable(iv, 0.05, 0.999125)

@@ -34,6 +34,10 @@ def look_level(candidates: int, alpha: float = ALPHA) -> float:
     return 1.0 - 2.0 * alpha * POCOCK / max(1, candidates)
 
 
+# the most an interval's end may lie from its estimate on the log scale (e^300: no speedup is near it)
+LOG_BOUND = 300.0
+
+
 def at_level(iv: Interval, level: float) -> Interval:
     """The same figure at another two-sided ``level``: its half-width on the log scale scaled by the ratio of the t
     quantiles at its own degrees of freedom (``iv.df``, else n − 1) and level (``iv.level``, else 95%). Every
@@ -46,7 +50,10 @@ def at_level(iv: Interval, level: float) -> Interval:
         return iv
     scale = t_quantile(level, df) / t_quantile(old, df)
     est = iv.estimate
-    return Interval(est, est * (iv.low / est) ** scale, est * (iv.high / est) ** scale, iv.n, iv.df, level)
+    # on the log scale, bounded (a wide interval at 1-2 degrees of freedom scaled to 99.9% overflowed a float)
+    low = est * math.exp(max(-LOG_BOUND, scale * math.log(iv.low / est)))
+    high = est * math.exp(min(LOG_BOUND, scale * math.log(iv.high / est)))
+    return Interval(est, low, high, iv.n, iv.df, level)
 
 
 def deployable(iv: Interval, margin: float, level: float | None = None) -> bool:
