@@ -35,8 +35,8 @@ PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("compile", re.compile(r"/roles/llama_cpp/")),
     ("models", re.compile(r"/roles/models/")),
     ("tune", re.compile(r"/roles/llama_server/tasks/tune[^/]*\.yml")),
-    # (reinstall.yml: the speed gate's fallback, the unit it falls back to installed, restarted and proven)
-    ("speed gate", re.compile(r"/roles/llama_server/tasks/(speedgate[^/]*|reinstall)\.yml")),
+    # (the speed gate's fallback: reinstall.yml installs, restarts and proves it; plain_unit.yml renders the plain unit)
+    ("speed gate", re.compile(r"/roles/llama_server/tasks/(speedgate[^/]*|reinstall|plain_unit)\.yml")),
 )
 
 

@@ -38,6 +38,7 @@ def test_phase_of_reads_the_task_file() -> None:
     assert specops_phases.phase_of("/x/roles/llama_server/tasks/tune_prepare.yml:1") == "tune"
     assert specops_phases.phase_of("/x/roles/llama_server/tasks/speedgate_decide.yml:1") == "speed gate"
     assert specops_phases.phase_of("/x/roles/llama_server/tasks/reinstall.yml:1") == "speed gate"  # its fallback
+    assert specops_phases.phase_of("/x/roles/llama_server/tasks/plain_unit.yml:1") == "speed gate"
     assert specops_phases.phase_of("/x/roles/llama_server/tasks/start.yml:1") == specops_phases.REST
     assert specops_phases.phase_of("/x/deploy.yml:40") == specops_phases.REST
     assert specops_phases.phase_of("") == specops_phases.REST
