@@ -1,5 +1,5 @@
 """What ``specops bench`` recommends is the tune's choice (issue 80 item 3: one chooser): the same function
-(:func:`specops.tune.choose.decision`) read on the bench's blocks: never an arm that is not confidently faster at the
+(:func:`specops.tune.rule.decision`) read on the bench's blocks: never an arm that is not confidently faster at the
 run's error budget, the cheapest member of the best arm's tie, an identity rule that leaves out differing output,
 undecided where the intervals reach both sides; the A/A check decides only whether the choice may be applied."""
 
@@ -14,7 +14,7 @@ from specops.bench.recommend import aa_gate, candidates, decision, recommend
 from specops.bench.stats import Interval
 from specops.bench.tasks import STANDARD_SET
 from specops.kinds import PLAIN
-from specops.tune import choose, decide
+from specops.tune import choose, decide, rule
 
 WLS = ["code", "prose"]
 NOISE = (0.03, -0.03, 0.02, -0.02, 0.01, -0.01, 0.025, -0.025, 0.015, -0.015)
@@ -169,10 +169,10 @@ def test_the_bench_and_the_tune_read_the_same_blocks_to_the_same_choice() -> Non
     tune's, for the report of its own measurement) is stated as it is."""
     r = raw({"ngram-mod": {"code": 1.3, "prose": 1.1}, "draft-n4": {"code": 1.1, "prose": 1.0}})
     names = candidates(r["plan"])
-    tune = choose.decision(r, names, names, "identical", 0.05, standard=True)
+    tune = rule.decision(r, names, names, "identical", 0.05, standard=True)
     bench = recommend(r, analysed({}), WLS, "identical")
     assert bench[ALL].choice == tune.choice and bench["code"].choice == tune.workloads["code"]
-    given = choose.Decision([], decide.Choice("draft-n4", None, "the tune's own reading", {}), {})
+    given = rule.Decision([], decide.Choice("draft-n4", None, "the tune's own reading", {}), {})
     stated = recommend(r, analysed({}), WLS, "identical", decided=given)
     assert stated[ALL].arm == "draft-n4" and stated[ALL].reason == "the tune's own reading"
     assert stated["code"].arm == BASELINE and not stated["code"].confident
@@ -191,7 +191,7 @@ def test_the_report_of_the_tunes_measurement_states_the_tunes_choice() -> None:
     from specops.bench import report
 
     r = raw({"ngram-mod": {"code": 1.3, "prose": 1.3}})
-    given = choose.Decision([], decide.Choice("ngram-mod", None, "the tune's own reading", {"ngram-mod": "1.30×"}),
+    given = rule.Decision([], decide.Choice("ngram-mod", None, "the tune's own reading", {"ngram-mod": "1.30×"}),
                             {})
     p = recommend(r, analysed({"ngram-mod": {"code": 1.3, "prose": 1.3}}), WLS, "identical", decided=given)
     plan = {**r["plan"], "arms": [BASELINE, AA, "ngram-mod"]}
@@ -210,7 +210,7 @@ def test_the_tune_restates_its_measurement_report_with_its_choice(monkeypatch, t
 
     calls = []
     monkeypatch.setattr(summary, "build", lambda *a, **kw: calls.append((a, kw)))
-    d = choose.Decision([], decide.Choice(PLAIN, None, "nothing pays", {}), {})
+    d = rule.Decision([], decide.Choice(PLAIN, None, "nothing pays", {}), {})
     assert choose.restate({"blocks": []}, d) == [] and calls == []
     where = {"work_dir": str(tmp_path / "measure"), "report": str(tmp_path / "measure.md"),
              "assets": str(tmp_path / "measure-assets"), "rule": "equivalent"}

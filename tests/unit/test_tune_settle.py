@@ -17,7 +17,7 @@ from specops import kinds
 from specops.bench.arms import BASELINE
 from specops.bench.design import at_level, look_level
 from specops.bench.stats import Interval, geomean_ratio_ci
-from specops.tune import choose, decide, evidence
+from specops.tune import choose, decide, evidence, rule
 
 pytestmark = pytest.mark.fast
 
@@ -79,8 +79,8 @@ def test_a_cpu_tune_on_the_standard_set_says_what_would_settle_what_stayed_open(
     whole, edit = choice.settle
     assert "on 20 tasks is undecided" in whole and choice.to_settle_min is not None and choice.to_settle_min > 0
     blocks = evidence.Blocks(results["blocks"])
-    pooled = blocks.decide(CANDIDATES, BASELINE, True, 0.05, choose.identity(results, CANDIDATES))
-    (overall,) = choose.settle_note(blocks, results, pooled, 0.05, None)
+    pooled = blocks.decide(CANDIDATES, BASELINE, True, 0.05, rule.identity(results, CANDIDATES))
+    (overall,) = rule.settle_note(blocks, results, pooled, 0.05, None)
     k_all = int(overall.split("about ")[1].split()[0])
     k_edit = int(edit.split("about ")[1].split()[0])
     # projected to settle at the level a candidate is served at (the run's error budget, issue 79 item 1: 99.65% for

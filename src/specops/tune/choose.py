@@ -19,23 +19,8 @@ from specops.bench.identity import DEFAULT_RULE
 from specops.bench.store import ResultStore, StoreError
 from specops.tune import decide, evidence
 from specops.tune.predict import Shortlist
-from specops.tune.rule import (  # the chooser's parts, where the tune's steps and tests have found them
-    Decision,
-    ToSettle,
-    block_seconds,
-    covered,
-    decision,
-    differences,
-    identity,
-    nothing_measured,
-    planned,
-    settle_note,
-    to_settle,
-)
+from specops.tune.rule import Decision, decision, nothing_measured
 from specops.tune.state import Setup
-
-__all__ = ["Decision", "ToSettle", "best_measured", "block_seconds", "choose", "covered", "decision", "differences",
-           "identity", "nothing_measured", "planned", "restate", "settle_note", "to_settle", "types_paired"]
 
 
 def _from_blocks(args: argparse.Namespace, results: dict[str, Any] | None, shortlisted: list[str],

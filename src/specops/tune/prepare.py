@@ -17,7 +17,7 @@ from specops.fit import MIB, FitError, FitParams, estimate, measure_memory
 from specops.ggufmeta import GGUFError, read
 from specops.knobs import knob
 from specops.paths import build_backend, cache_dir, llama_prefix
-from specops.tune import choose, mix, progress, record
+from specops.tune import mix, progress, record, rule
 from specops.tune.state import Setup, TuneError
 
 
@@ -145,7 +145,7 @@ def prepare(args: argparse.Namespace, meter: progress.ProgressFile | None = None
     # files by their counts before any per-workload cap; the standard set's workloads the same)
     uncapped = tasks if args.limit_per_workload is None else load_tasks(
         args.tasks, [w for w in args.workloads.split(",") if w.strip()] or None, None)
-    shares, shares_how = choose.planned(mixed, {w: sum(1 for t in uncapped if t.workload == w)
+    shares, shares_how = rule.planned(mixed, {w: sum(1 for t in uncapped if t.workload == w)
                                                    for w in workloads_of(tasks)}, standard=not args.tasks)
     probe_tasks = [t for w in workloads_of(tasks) for t in [x for x in tasks if x.workload == w][:args.probe_tasks]]
     backend = build_backend(prefix)

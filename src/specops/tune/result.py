@@ -18,8 +18,9 @@ from specops.bench.arms import BASELINE, EXACT_CACHE, PLAIN_UNIT, plain_descript
 from specops.bench.costmodel import Overheads, StepCosts
 from specops.knobs import knob
 from specops.tune import decide, live, mix, probes, record, streams, windows
-from specops.tune.choose import best_measured, differences
+from specops.tune.choose import best_measured
 from specops.tune.predict import Shortlist
+from specops.tune.rule import differences
 from specops.tune.state import Setup
 
 

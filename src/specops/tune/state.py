@@ -44,7 +44,7 @@ class Setup:
     top: int = 3  # candidates measured besides the engine's default (--top, else per build: 3 on a GPU, 1 on a CPU)
     ngram_probes: bool = True  # each n-gram type probed before the measurement (--ngram-probes)
     # the workloads' shares the measurement plans by and the choice weighs by (--mix, else the task set's own,
-    # :func:`specops.tune.choose.planned`), and how the record says they were formed
+    # :func:`specops.tune.rule.planned`), and how the record says they were formed
     shares: dict[str, float] | None = None
     shares_how: str = ""
     mix: dict[str, float] | None = None  # --mix, normalised (zero shares left out); None: no --mix
