@@ -2,7 +2,7 @@
 whose command answers JSON with a ``progress`` line shows that line when it moves, instead of "FAILED - RETRYING"
 at every look.
 
-The tune's poll (``roles/llama_server/tasks/tune_run.yml``: ``specops.tune.unit poll``) looks every 15 s for up to its
+The tune's poll (``roles/llama_server_tune/tasks/run.yml``: ``specops.tune.unit poll``) looks every 15 s for up to its
 budget: the default callback printed "FAILED - RETRYING: ... (40 retries left)" at each look, which reads as a
 failure and says nothing of where the tune is. Here each look prints the tune's own progress line (its phase, the
 candidate or the figures so far, the time left) when it changed since the last look, and nothing when it did not.

@@ -4,8 +4,9 @@ deploy, printed as one line at the end of the run (and written as JSON where ``S
 A task's wall time is from its start to the next task's start (a play's start, a handler's, the end of the run), so
 the phases add up to the run's wall time; on a fleet a task's time is counted once, however many hosts ran it. The
 phase is read from the file the task comes from (``roles/<role>/tasks/<file>.yml``): the ``llama_cpp`` role is the
-compile (its source, build and install), the ``models`` role the models (fetch, check, copy), the ``llama_server``
-role's ``tune*.yml`` the tune and its ``speedgate*.yml`` the speed gate; everything else (preflight, lock, units,
+compile (its source, build and install), the ``models`` role the models (fetch, check, copy), the
+``llama_server_tune`` role the tune and the ``llama_server_speed_gate`` role the speed gate (with the fallback
+``llama_server`` carries out for it); everything else (preflight, lock, units,
 start, proof, exporter, monitoring, load balancer, gathering facts) is the rest of the deploy."""
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ REST = "rest of the deploy"
 PHASES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("compile", re.compile(r"/roles/llama_cpp/")),
     ("models", re.compile(r"/roles/models/")),
-    ("tune", re.compile(r"/roles/llama_server/tasks/tune[^/]*\.yml")),
+    ("tune", re.compile(r"/roles/llama_server_tune/tasks/[^/]*\.yml")),
     # (the speed gate's fallback: reinstall.yml installs, restarts and proves it; plain_unit.yml renders the plain unit)
-    ("speed gate", re.compile(r"/roles/llama_server/tasks/(speedgate[^/]*|reinstall|plain_unit)\.yml")),
+    ("speed gate", re.compile(r"/roles/llama_server_speed_gate/tasks/[^/]*\.yml"
+                              r"|/roles/llama_server/tasks/(reinstall|plain_unit)\.yml")),
 )
 
 

@@ -26,7 +26,7 @@ pays only when its interval is wholly above 1 and not wholly under 1 + MARGIN_AT
 loses (no gain worth serving at N); an interval that reaches both sides is unproven. (Output identity at N is the
 tune's to judge, against plain decoding's own run-to-run rate: :mod:`specops.tune.streams`.)
 
-The role's speed-gate task files (roles/llama_server/tasks/speedgate*.yml) only run things and call this module:
+The role's speed-gate task files (roles/llama_server_speed_gate/tasks/*.yml) only run things and call this module:
 before the install, :func:`before_install` (measure this unit, or did it lose before: serve plain or refuse);
 after the probes, :func:`gate` then :func:`after_verdict` (the record, what the service serves, fall back or fail);
 at the end of a proven deploy, :func:`running_record` (the record for the unit that runs now).
@@ -191,8 +191,8 @@ def gate(spec_probe: Mapping[str, Any], plain_probe: Mapping[str, Any], spec_url
          min_ratio: float = 1.0, action: str = "fallback", service: str = "the service", draft_n_max: int | None = None,
          mode: str = "side by side", parallel: int | None = None, max_spread: float = 1.5,
          saturation: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The deploy's verdict on the speed probes (roles/llama_server/tasks/speedgate.yml): :func:`judge`'s ratio,
-    interval, verdict and break-even, and the line to print (``message``: :func:`message`)."""
+    """The deploy's verdict on the speed probes (roles/llama_server_speed_gate/tasks/verdict.yml): :func:`judge`'s
+    ratio, interval, verdict and break-even, and the line to print (``message``: :func:`message`)."""
     out = judge(spec_probe, plain_probe, spec_url, plain_url, min_ratio, draft_n_max, mode, max_spread)
     out["message"] = message(out, action, service, parallel, saturation or None)
     return out
@@ -231,7 +231,8 @@ def message(result: Mapping[str, Any], action: str, service: str, parallel: int 
 
 
 def unproven_action(action: str, service: str) -> str:
-    """What the role does with an unproven verdict (:func:`after_verdict`; the fallback of tasks/speedgate.yml)."""
+    """What the role does with an unproven verdict (:func:`after_verdict`; the fallback roles/llama_server's
+    reinstall.yml carries out)."""
     again = ("measure again when the host is quiet (llama_server_speed_gate_refresh=true), or run `specops bench` "
              "in a maintenance window")
     if action == "fallback":
@@ -285,7 +286,7 @@ def gate_record(slurped: Any, path: str) -> dict[str, Any]:
     return {"record": record, "problem": problem}
 
 
-# ---- the deploy's decisions (roles/llama_server/tasks/speedgate_decide.yml, speedgate.yml, speedgate_record.yml)
+# ---- the deploy's decisions (roles/llama_server_speed_gate: decide.yml, verdict.yml, record.yml)
 
 
 def prompts_traffic(prompts: Sequence[str]) -> str:

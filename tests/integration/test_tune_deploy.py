@@ -123,7 +123,8 @@ def test_the_next_deploy_reuses_the_result(tuned, labhost, profile):
     assert run.rc == 0, run.output[-6000:]
     assert "reused: the result of" in run.text, run.text[-4000:]
     # its own result stands: the check says so and no tune runs (no unit started, no look at it)
-    assert re.search(r"TASK \[llama_server : Tune - does this host's own result stand[^\]]*\] \**\s*ok:", run.output)
+    assert re.search(r"TASK \[llama_server_tune : Tune - does this host's own result stand[^\]]*\] \**\s*ok:",
+                     run.output)
     assert "Tune - start specops tune in its own unit" not in run.output, run.output[-4000:]
     assert "Tune - run specops tune on the host" not in run.output, run.output[-4000:]
     after = host_json(labhost, "tune.json")
@@ -203,7 +204,7 @@ def test_a_plain_answer_with_the_kind_left_open_is_served_directly(tuned, labhos
     assert ("no candidate pays here (no candidate beat plain decoding with a confident interval: planted): plain "
             "decoding is served (llama_server_spec_type=none); the speed gate has nothing to judge") in run.text
     assert "no speculation pays here" in run.text, run.text[-4000:]  # verify.yml: the tune's answer, not a proof
-    assert "TASK [llama_server : Speed gate - judge" not in run.output  # the gate measured nothing
+    assert "TASK [llama_server_speed_gate : Speed gate - judge" not in run.output  # the gate measured nothing
     argv = labhost.run(["systemctl", "show", "-p", "ExecStart", "--value", UNIT]).stdout
     assert "--spec-type none" in argv, argv
     assert not set(argv.split()) & set(knob("draft_model").flags), argv  # the draft model is not loaded
@@ -221,7 +222,7 @@ def test_a_plain_answer_with_the_kind_left_open_is_served_directly(tuned, labhos
 # -- the tune is owned by its deploy (issue 51)
 
 TUNE_UNIT = "specops-tune"
-LEASH_S = 60  # tune_run.yml: the heartbeat timeout, after which a tune nobody looks at stops itself
+LEASH_S = 60  # roles/llama_server_tune/tasks/run.yml: the heartbeat timeout; a tune nobody looks at then stops
 # a forced tune with the kind left open: the ceiling (llama-bench), the probes (the plain server at least), then
 # the measurement's servers: llama-server processes of the tune's unit from its first probe on
 FORCED = {"llama_server_spec_type": "auto", "llama_server_tune_refresh": True, "llama_server_tune_budget": 2}

@@ -80,4 +80,9 @@ def test_each_rule_on_explained_differences() -> None:
     assert identity.holds("equivalent", 0, 0, []) is None
     assert identity.summary_line("equivalent", 24, [tie]) == (
         "0 of 24 answers (changes or unexplained): fewer than 12% at 95%; 1 near-tie(s) allowed")
-    assert identity.summary_line("identical", 24, [tie]) == "1 of 24 answers (differences): fewer than 19% at 95%"
+    assert identity.summary_line("identical", 24, [tie]) == (
+        "1 of 24 answers (differences): fewer than 19% at 95%; every one a near-tie: this verdict depends on whether "
+        "a sample holds one (under equivalent it holds)")
+    assert identity.summary_line("identical", 24, [tie, change]) == (  # a change: no sample would pass
+        "2 of 24 answers (differences): fewer than 24% at 95%")
+    assert identity.summary_line("identical", 24, []) == "0 of 24 answers (differences): fewer than 12% at 95%"

@@ -19,11 +19,11 @@ SLEEP = "- name: {name}\n  ansible.builtin.command: sleep {seconds}\n  changed_w
 ROLE_FILES = {  # a role file of each phase, each task sleeping a known time
     "llama_cpp/tasks/main.yml": SLEEP.format(name="build", seconds=1.2),
     "models/tasks/main.yml": SLEEP.format(name="fetch", seconds=0.6),
-    "llama_server/tasks/main.yml": "- ansible.builtin.include_tasks: tune_run.yml\n"
-                                   "- ansible.builtin.include_tasks: speedgate.yml\n"
+    "llama_server/tasks/main.yml": "- ansible.builtin.include_role: {name: llama_server_tune, tasks_from: run}\n"
+                                   "- ansible.builtin.include_role: {name: llama_server_speed_gate}\n"
                                    + SLEEP.format(name="start", seconds=0.3),
-    "llama_server/tasks/tune_run.yml": SLEEP.format(name="poll the tune", seconds=1.0),
-    "llama_server/tasks/speedgate.yml": SLEEP.format(name="gate", seconds=0.8),
+    "llama_server_tune/tasks/run.yml": SLEEP.format(name="poll the tune", seconds=1.0),
+    "llama_server_speed_gate/tasks/main.yml": SLEEP.format(name="gate", seconds=0.8),
 }
 PLAYBOOK = """- hosts: all
   gather_facts: false
@@ -34,9 +34,9 @@ PLAYBOOK = """- hosts: all
 def test_phase_of_reads_the_task_file() -> None:
     assert specops_phases.phase_of("/x/roles/llama_cpp/tasks/build.yml:3") == "compile"
     assert specops_phases.phase_of("/x/roles/models/tasks/fetch.yml:9") == "models"
-    assert specops_phases.phase_of("/x/roles/llama_server/tasks/tune_run.yml:1") == "tune"
-    assert specops_phases.phase_of("/x/roles/llama_server/tasks/tune_prepare.yml:1") == "tune"
-    assert specops_phases.phase_of("/x/roles/llama_server/tasks/speedgate_decide.yml:1") == "speed gate"
+    assert specops_phases.phase_of("/x/roles/llama_server_tune/tasks/run.yml:1") == "tune"
+    assert specops_phases.phase_of("/x/roles/llama_server_tune/tasks/prepare.yml:1") == "tune"
+    assert specops_phases.phase_of("/x/roles/llama_server_speed_gate/tasks/decide.yml:1") == "speed gate"
     assert specops_phases.phase_of("/x/roles/llama_server/tasks/reinstall.yml:1") == "speed gate"  # its fallback
     assert specops_phases.phase_of("/x/roles/llama_server/tasks/plain_unit.yml:1") == "speed gate"
     assert specops_phases.phase_of("/x/roles/llama_server/tasks/start.yml:1") == specops_phases.REST

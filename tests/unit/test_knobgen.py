@@ -45,6 +45,7 @@ def test_each_copy_says_what_the_table_says():
 def test_a_new_setting_is_one_edit_of_the_table(tmp_path, monkeypatch):
     role = tmp_path / "llama_server"
     shutil.copytree(ROLE, role)
+    shutil.copytree(ROLE.parent / "llama_server_tune", tmp_path / "llama_server_tune")
     new = Knob("draft_demo", "int", "a demo setting", ("--spec-draft-demo",), default=7, llama_default=3, low=1)
     monkeypatch.setattr(knobs, "KNOBS", (*KNOBS, new))
     monkeypatch.setattr(knobgen, "KNOBS", (*KNOBS, new))

@@ -115,8 +115,8 @@ def test_the_scan_finds_a_flag_in_code_but_not_in_docstrings_or_own_options() ->
 # specops_knob_flags, specops_devices_argv).
 OTHER_PROGRAMS = {
     "src/specops/commands/bench.py": (("--draft",), ("playbooks/bench.yml",)),
-    "src/specops/commands/tune.py": (("--draft", "--api-key-file"), ("roles/llama_server/tasks/tune.yml",
-                                                                     "roles/llama_server/tasks/tune_run.yml")),
+    "src/specops/commands/tune.py": (("--draft", "--api-key-file"), ("roles/llama_server_tune/tasks/main.yml",
+                                                                     "roles/llama_server_tune/tasks/run.yml")),
     "src/specops/commands/exporter.py": (("--timeout", "--api-key-file"),
                                          ("roles/exporter/templates/specops-exporter.service.j2",)),
     "src/specops/commands/fetch_model.py": (("--models-dir",), ("roles/models/tasks/fetch.yml",)),
@@ -125,8 +125,9 @@ OTHER_PROGRAMS = {
     "src/specops/host/host_facts.py": (("--port", "--path"), ("roles/llama_server/tasks/inputs.yml",
                                                               "roles/tabbyapi/tasks/inputs.yml")),
     "src/specops/host/drain/cli.py": (("--timeout", "--api-key-file"), ("roles/llama_server/tasks/restart.yml",
-                                                                    "roles/llama_server/tasks/speedgate.yml")),
-    "src/specops/host/speed_probe.py": (("--timeout", "--api-key-file"), ("roles/llama_server/tasks/speedgate.yml",)),
+                                                                    "roles/llama_server_speed_gate/tasks/main.yml")),
+    "src/specops/host/speed_probe.py": (("--timeout", "--api-key-file"),
+                                        ("roles/llama_server_speed_gate/tasks/main.yml",)),
     "src/specops/host/wait_healthy.py": (("--timeout",), ("roles/llama_server/tasks/rollback.yml",
                                                           "roles/llama_server/tasks/verify.yml",
                                                           "roles/systemd_unit/tasks/apply.yml")),
@@ -193,7 +194,7 @@ def test_the_yaml_scan_finds_a_flag_in_what_runs_but_not_in_prose() -> None:
     assert yaml_spelled_flags(template, "roles/x/templates/y.j2", forbidden()) == [
         "roles/x/templates/y.j2:4: --draft-max"]
     tune = "- x: \"{{ ['--api-key-file', 1] }}\"\n"  # specops tune's own option there, llama-server's elsewhere
-    assert yaml_spelled_flags(tune, "roles/llama_server/tasks/tune.yml", forbidden()) == []
+    assert yaml_spelled_flags(tune, "roles/llama_server_tune/tasks/main.yml", forbidden()) == []
     assert yaml_spelled_flags(tune, "roles/llama_server/tasks/argv.yml", forbidden()) == [
         "roles/llama_server/tasks/argv.yml:1: --api-key-file"]
 

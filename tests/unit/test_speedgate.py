@@ -218,7 +218,7 @@ def test_the_bench_header_uses_the_saturation_run_beside_its_report(tmp_path) ->
     assert "Mixed or unsettled" in head
 
 
-# ---- the deploy's decisions: roles/llama_server/tasks/speedgate_decide.yml, speedgate.yml, speedgate_record.yml ---
+# ---- the deploy's decisions: roles/llama_server_speed_gate/tasks/decide.yml, main.yml, verdict.yml, record.yml
 
 PROMPTS = ["Write a parser.", "Explain hash maps — in \"three\" paragraphs."]
 SHA, OTHER = "a" * 64, "b" * 64

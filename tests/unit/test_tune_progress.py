@@ -77,13 +77,13 @@ def test_figures_before_any_block():
 
 
 def test_the_role_passes_only_flags_specops_tune_has():
-    """roles/llama_server/tasks/tune*.yml's command line (tune.yml's, --progress-file among its flags; --shared in
-    tune_run.yml, --kind-only in tune_share.yml) against the parser of `specops tune`: a flag it does not have would
-    refuse every deploy's tune."""
+    """roles/llama_server_tune/tasks/*.yml's command line (main.yml's, --progress-file among its flags; --shared in
+    run.yml, --kind-only in share.yml) against the parser of `specops tune`: a flag it does not have would refuse
+    every deploy's tune."""
     from specops.commands import tune
 
-    tasks = Path(__file__).resolve().parents[2] / "roles" / "llama_server" / "tasks"
-    text = "\n".join(f.read_text() for f in sorted(tasks.glob("tune*.yml")))
+    tasks = Path(__file__).resolve().parents[2] / "roles" / "llama_server_tune" / "tasks"
+    text = "\n".join(f.read_text() for f in sorted(tasks.glob("*.yml")))
     flags = set(re.findall(r"'(--[a-z][a-z0-9-]+)'", text))
     assert {"--progress-file", "--reuse", "--shared", "--kind-only", "--target-sha256"} <= flags
     p = argparse.ArgumentParser()

@@ -1,6 +1,6 @@
 """The tune's settings are declared once, in the tune settings table (src/specops/tune/settings.py; issue 64 item 4):
 the role's defaults and argument specs (their tune blocks, `specops knobs --update`), the preflight's ranges,
-`specops tune`'s defaults and the tune's command line in roles/llama_server/tasks/tune.yml all come from it.
+`specops tune`'s defaults and the tune's command line in roles/llama_server_tune/tasks/main.yml all come from it.
 
 The command line: the task's argv, rendered as Ansible renders it, says what the hand-written Jinja it replaced said,
 flag for flag and value for value, for the variable sets below (each expected list written by hand from that old
@@ -31,15 +31,16 @@ from tests.unit.by_path import plugin_filters
 pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parents[2]
-ROLE_DIR = REPO / "roles" / "llama_server"
+ROLE_DIR = REPO / "roles" / "llama_server_tune"   # the tune's role: its settings
+SERVER_DIR = REPO / "roles" / "llama_server"       # the service's role: the settings the tune takes from it
 
 
-def _defaults() -> dict[str, Any]:
-    return yaml.safe_load((ROLE_DIR / "defaults" / "main.yml").read_text())
+def _defaults(role: Path = ROLE_DIR) -> dict[str, Any]:
+    return yaml.safe_load((role / "defaults" / "main.yml").read_text())
 
 
-def _specs() -> dict[str, Any]:
-    return yaml.safe_load((ROLE_DIR / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+def _specs(role: Path = ROLE_DIR) -> dict[str, Any]:
+    return yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
 
 
 def _yaml(value: object) -> object:
@@ -66,8 +67,9 @@ def test_the_role_says_what_the_table_says(s: Setting) -> None:
 
 def test_every_tune_variable_of_the_role_is_in_the_table() -> None:
     tune_vars = {v for v in _defaults() if v == "llama_server_tune" or v.startswith("llama_server_tune_")}
-    assert tune_vars == {s.var for s in settings.own()}
-    assert len(tune_vars) == 14  # llama_server_tune_rule (issue 78)
+    # (the running service's address is no setting: roles/llama_server's include gives it)
+    assert tune_vars - {"llama_server_tune_service_url"} == {s.var for s in settings.own()}
+    assert len(tune_vars) == 15  # llama_server_tune_rule (issue 78), the service_url given by the include
 
 
 @pytest.mark.parametrize("s", [s for s in SETTINGS if s.owner != TUNE], ids=lambda s: s.name)
@@ -79,24 +81,26 @@ def test_what_the_tune_takes_from_the_role_s_other_settings(s: Setting) -> None:
         assert (k.role_var, k.type, k.default, k.low, k.high) == (s.var, s.type, s.default, s.low, s.high)
     else:
         assert s.owner == ROLE
-        assert _defaults()[s.var] == _specs()[s.var]["default"] == s.default
-        assert _specs()[s.var]["type"] == s.type
+        assert _defaults(SERVER_DIR)[s.var] == _specs(SERVER_DIR)[s.var]["default"] == s.default
+        assert _specs(SERVER_DIR)[s.var]["type"] == s.type
         assert s.var not in knobgen.tune_defaults_block()
 
 
 def test_a_new_tune_setting_is_one_edit_of_the_table(tmp_path, monkeypatch) -> None:
-    role = tmp_path / "llama_server"
+    role = tmp_path / "llama_server_tune"
     shutil.copytree(ROLE_DIR, role)
+    shutil.copytree(REPO / "roles" / "llama_server", tmp_path / "llama_server")
     new = Setting("tune_demo", "int", "a demo setting", "--demo", settings.VALUE, default=7, low=1)
     monkeypatch.setattr(settings, "SETTINGS", (*SETTINGS, new))
-    changed = knobgen.update(role)
-    assert sorted(p.name for p in changed) == ["argument_specs.yml", "main.yml"]
+    changed = knobgen.update(tmp_path / "llama_server")
+    assert sorted(str(p.relative_to(tmp_path)) for p in changed) == [
+        "llama_server_tune/defaults/main.yml", "llama_server_tune/meta/argument_specs.yml"]
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
     spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
     assert defaults["llama_server_tune_demo"] == 7
     assert spec["llama_server_tune_demo"] == {"type": "int", "default": 7, "description": "a demo setting (>= 1)"}
     assert settings.argv_vars()[-1] == "llama_server_tune_demo"
-    assert knobgen.update(role) == []  # a rerun changes nothing
+    assert knobgen.update(tmp_path / "llama_server") == []  # a rerun changes nothing
 
 
 # ---- specops tune's options -------------------------------------------------------------------------------------
@@ -139,7 +143,7 @@ def test_jinja_int_is_jinjas() -> None:
 
 # ---- the command line: the old template, frozen, and the task's now ------------------------------------------------
 
-# roles/llama_server/tasks/tune.yml's argv before the table (commit d0c05c9), verbatim
+# roles/llama_server_tune/tasks/main.yml's argv before the table (commit d0c05c9), verbatim
 OLD_ARGV = """
           {{ [llama_server_tune_python, '-m', 'specops', 'tune',
               '--llama-prefix', llama_server_install_root ~ '/' ~ llama_server_build_id,
@@ -193,7 +197,9 @@ BASE: dict[str, Any] = {  # the role's defaults, a CPU host, its service not run
     "llama_server_tune_mix": {}, "llama_server_threads": None, "llama_server_parallel": 1,
     "_llama_server_tune_sha": {}, "llama_server_tune_refresh": False, "llama_server_tune_share": "kind",
     "_llama_server_check_host": "127.0.0.1", "llama_server_port": 8080, "llama_server_speed_gate_idle_timeout": 120,
-    "_llama_server_live_service": {"status": {"ActiveState": "inactive"}}, "llama_server_api_key_file": "",
+    # (roles/llama_server's include gives the tune role the service's address, made of the two above)
+    "llama_server_tune_service_url": "http://127.0.0.1:8080",
+    "_llama_server_tune_live_service": {"status": {"ActiveState": "inactive"}}, "llama_server_api_key_file": "",
     "_llama_server_tune_unit": {"work_dir": f"{STATE}/tune-work", "tasks_dir": f"{STATE}/tune-tasks",
                                 "heartbeat": "/run/specops/tune-heartbeat", "heartbeat_timeout": 60, "lock": "",
                                 "run_id": "r-1"},
@@ -210,7 +216,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
         "llama_server_tune_tasks": ["~/traffic/code.jsonl", "/data/edit.jsonl"],
         "llama_server_tune_mix": {"edit": 70, "prose": 30}, "llama_server_threads": 4, "llama_server_parallel": 2,
         "_llama_server_tune_sha": {"/srv/m/t.gguf": SHA_T, "/srv/m/d.gguf": SHA_D}, "llama_server_tune_refresh": True,
-        "llama_server_tune_share": "off", "_llama_server_live_service": {"status": {"ActiveState": "active"}},
+        "llama_server_tune_share": "off", "_llama_server_tune_live_service": {"status": {"ActiveState": "active"}},
         "llama_server_api_key_file": "/etc/specops/key", "llama_server_speed_gate_idle_timeout": 30,
         "_llama_server_tune_unit": {**BASE["_llama_server_tune_unit"], "lock": "/run/specops/deploy.lock"},
     }, [
@@ -261,11 +267,11 @@ def _render(template: str, role_vars: dict[str, Any]) -> list[str]:
 def _task_argv() -> str:
     """The tune's command line as the role composes it: tune.yml's, then the live service's words that tune_run.yml
     adds where the tune runs (one template: the second list appended to the first)."""
-    tasks = yaml.safe_load((ROLE_DIR / "tasks" / "tune.yml").read_text())
+    tasks = yaml.safe_load((ROLE_DIR / "tasks" / "main.yml").read_text())
     block = next(t for t in tasks if "block" in t)["block"]
     task = next(t for t in block if t["name"] == "Tune - its command line")
     argv = task["ansible.builtin.set_fact"]["_llama_server_tune_argv"].strip()
-    run = yaml.safe_load((ROLE_DIR / "tasks" / "tune_run.yml").read_text())
+    run = yaml.safe_load((ROLE_DIR / "tasks" / "run.yml").read_text())
     start = next(t for t in run[0]["block"] if t["name"].startswith("Tune - start specops tune"))
     live = start["vars"]["_llama_server_tune_live_argv"].strip()
     assert "_llama_server_tune_argv + _llama_server_tune_live_argv" in start["ansible.builtin.shell"]  # its exec
@@ -287,7 +293,9 @@ def _groups(argv: list[str]) -> Counter[tuple[str, ...]]:
 def test_the_tasks_command_line_says_what_the_old_template_said(case: str) -> None:
     changes, expected = CASES[case]
     role_vars = {**BASE, **changes}
-    assert _render(OLD_ARGV, role_vars) == expected  # the hand-written list is what the old template gave
+    # (the old template's name for the live service's state, before the tune was a role of its own)
+    old_vars = {**role_vars, "_llama_server_live_service": role_vars["_llama_server_tune_live_service"]}
+    assert _render(OLD_ARGV, old_vars) == expected  # the hand-written list is what the old template gave
     new = _render(_task_argv(), role_vars)
     assert new[:4] == expected[:4] and _groups(new) == _groups(expected)
     parser = _tune_parser()

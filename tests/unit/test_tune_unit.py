@@ -286,10 +286,10 @@ def _every_task(node: object):
 
 
 def test_the_role_calls_the_unit_helper_with_flags_it_has():
-    """roles/llama_server/tasks/tune*.yml's sweep (tune_prepare.yml), poll and ExecStopPost (tune_run.yml) command
-    lines against this module's parser (a flag it does not have would fail every deploy's tune)."""
-    files = sorted((REPO / "roles" / "llama_server" / "tasks").glob("tune*.yml"))
-    assert {f.name for f in files} >= {"tune.yml", "tune_prepare.yml", "tune_run.yml", "tune_result.yml"}
+    """roles/llama_server_tune/tasks/*.yml's sweep (prepare.yml), poll and ExecStopPost (run.yml) command lines
+    against this module's parser (a flag it does not have would fail every deploy's tune)."""
+    files = sorted((REPO / "roles" / "llama_server_tune" / "tasks").glob("*.yml"))
+    assert {f.name for f in files} >= {"main.yml", "prepare.yml", "run.yml", "result.yml"}
     text = "\n".join(f.read_text() for f in files)
     argvs = [t["ansible.builtin.command"]["argv"] for f in files for t in _every_task(yaml.safe_load(f.read_text()))
              if isinstance(t.get("ansible.builtin.command", {}).get("argv"), list)]

@@ -189,4 +189,9 @@ def summary_line(rule: str, compared: int, divergences: Sequence[Mapping[str, ob
         bad = c[CHANGE] + c[UNEXPLAINED]
         extra = f"; {c[NEAR_TIE]} near-tie(s) allowed" if c[NEAR_TIE] else ""
         return bound_line(bad, compared, "changes or unexplained") + extra
-    return bound_line(len(divergences), compared)
+    line = bound_line(len(divergences), compared)
+    if rule == "identical" and divergences and c[NEAR_TIE] == len(divergences):
+        # (issue 78: a verdict that turns on whether a sample holds a near-tie says so, with the rate it found)
+        line += ("; every one a near-tie: this verdict depends on whether a sample holds one (under equivalent it "
+                 "holds)")
+    return line

@@ -26,8 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", action="store_true", help="the role README's settings table (default: JSON)")
     p.add_argument("--update", type=Path, nargs="?", const=ROLE, metavar="ROLE",
                    help="rewrite the role's copies of the table (defaults/main.yml, meta/argument_specs.yml, "
-                        "README.md, between their knobs markers) and of the tune settings table (the first two, "
-                        f"between their tune settings markers); default {ROLE}; a README path names its role")
+                        "README.md, between their knobs markers) and of the tune settings table (the first two of "
+                        "roles/llama_server_tune beside it, between their tune settings markers); default "
+                        f"{ROLE}; a README path names its role")
     p.add_argument("--check", action="store_true", help="with --update: list the stale copies, exit 1, write nothing")
 
 

@@ -1,6 +1,6 @@
 """Filters for the deploy's speed gate (specops.speedgate) and the verify probe it follows (specops.probe). Both
 modules pull in the bench's statistics or an HTTP client: each adapter imports its module when it is called. The
-speed gate's task files (roles/llama_server/tasks/speedgate*.yml) decide nothing themselves: before the install
+speed gate's task files (roles/llama_server_speed_gate/tasks/*.yml) decide nothing themselves: before the install
 (specops_gate_before_install), after the verdict (specops_gate_after_verdict) and for the unit that runs at the end
 (specops_gate_running_record), they ask these."""
 

@@ -1,4 +1,4 @@
-"""Filters for roles/llama_server's auto-tune (tasks/tune.yml): what the tune may choose from the role's settings,
+"""Filters for roles/llama_server_tune (tasks/main.yml): what the tune may choose from the role's settings,
 what of its result the deploy applies, and the summary the speed gate's record keeps (specops.tune.deploy); the
 operator's task files and mix checked (specops.tune.inputs); the tune's command line for the role's settings
 (specops.tune.settings)."""

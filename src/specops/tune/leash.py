@@ -1,6 +1,6 @@
 """The tune's leash: a tune started by a deploy stops itself when that deploy is gone (issue 51).
 
-The deploy (roles/llama_server/tasks/tune_run.yml) runs ``specops tune`` in a transient systemd unit and polls it; every
+The deploy (roles/llama_server_tune/tasks/run.yml) runs ``specops tune`` in a transient systemd unit and polls it; every
 poll touches a heartbeat file. The tune stops, exits :data:`STOPPED` and says why in one line (``stopped: <why>``),
 writing nothing to ``--out``, when
 

@@ -8,7 +8,7 @@ default, range or choices, and one line of documentation. Everything else derive
   ``specops knobs --update`` (:mod:`specops.knobgen`; tests/unit/test_knobgen.py fails when they are stale);
 - the preflight's ranges of those settings (:data:`specops.deploycheck.RANGES`);
 - ``specops tune``'s defaults (:mod:`specops.commands.tune`: :func:`cli_defaults`);
-- the tune's command line in roles/llama_server/tasks/tune.yml: :func:`argv` (the filter
+- the tune's command line in roles/llama_server_tune/tasks/main.yml: :func:`argv` (the filter
   ``specops_tune_setting_args``) writes every setting's words, and the task adds only what is no setting (the
   paths, the models' sha256, ``--reuse``, the live service's address, the heartbeat and the lock).
 
@@ -38,11 +38,11 @@ ROLE = "role"  # another role setting, declared by hand there (its default held 
 VALUE = "value"  # FLAG VALUE on every command line
 IF_SET = "if_set"  # FLAG VALUE where the value is set (not null, 0 or empty)
 POSITIVE = "positive"  # FLAG VALUE where the value is above 0, else FLAG and the option's own default
-FILES = "files"  # FLAG=DIR/NAME for each file, by its name in the host's copy of them (tune_prepare.yml ships them)
+FILES = "files"  # FLAG=DIR/NAME for each file, by its name in the host's copy of them (prepare.yml ships them)
 MIX = "mix"  # FLAG WORKLOAD=SHARE,... where any share is given
 UNLESS_DEFAULT = "unless_default"  # FLAG alone where the value is other than the default
 SCOPE = "scope"  # by the filter specops_tune_scope, within what the inventory left open (specops.tune.deploy)
-SERVICE = "service"  # by tasks/tune.yml beside --service-url, only while the service is running
+SERVICE = "service"  # by roles/llama_server_tune beside --service-url, only while the service is running
 NOT_PASSED = "not_passed"  # the role alone reads it
 ARGV = (VALUE, IF_SET, POSITIVE, FILES, MIX, UNLESS_DEFAULT)
 # the option takes the setting's value as it is, and its default is the setting's (the others: no files and no mix

@@ -1,4 +1,4 @@
-"""The tune's transient systemd unit, as the deploy drives it on the host (roles/llama_server/tasks/tune_run.yml;
+"""The tune's transient systemd unit, as the deploy drives it on the host (roles/llama_server_tune/tasks/run.yml;
 issue 51).
 
 The deploy runs ``specops tune`` with ``systemd-run --unit specops-tune`` (a runtime limit of its budget plus grace,
