@@ -1,8 +1,10 @@
 """One error budget for the whole tune (issue 79 items 1 and 3): every look of the measurement and the final choice
-read "confidently faster" at one level, the run's one-sided 2.5% split over the candidates measured (Bonferroni) and
-spent at a constant level a look (Pocock's form); the whole figure's faster stop reads it whatever ``stop_on`` says;
-and the whole figure's interval takes Satterthwaite's degrees of freedom where the workloads carry few. What the
-budget holds is measured by scripts/sim-error-budget (docs/measurements.md, 2026-12-07)."""
+read "confidently faster" on one boundary, the run's one-sided 2.5% split over the candidates measured (Bonferroni)
+and spent over the looks on an O'Brien–Fleming boundary in the information fraction (tasks measured ÷ the cap:
+strict early, the last look, the final choice, at 0.4 of the candidate's share); the whole figure's faster stop reads
+it whatever ``stop_on`` says; and the whole figure's interval takes Satterthwaite's degrees of freedom where the
+workloads carry few. What the budget holds is measured by scripts/sim-error-budget (docs/measurements.md,
+2026-12-07)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from specops.bench.design import (
     look_level,
 )
 from specops.bench.stats import Interval, t_quantile
-from specops.bench.verdict import ALPHA, POCOCK
+from specops.bench.verdict import ALPHA, FINAL, NORMAL, SHAPE
 
 pytestmark = pytest.mark.fast
 
@@ -37,11 +39,35 @@ def tune(arms: list[str], reserve: tuple[str, ...] = ()) -> Design:
 
 
 def test_the_level_a_look_reads_splits_the_runs_error_over_the_candidates() -> None:
-    assert (ALPHA, POCOCK) == (0.025, 0.07)
-    assert look_level(1) == pytest.approx(0.9965)  # a tail of 0.175%
-    assert look_level(2) == pytest.approx(0.99825)
-    assert look_level(3) == pytest.approx(1 - 2 * 0.025 * 0.07 / 3)
-    assert look_level(0) == look_level(1)
+    assert (ALPHA, FINAL, SHAPE) == (0.025, 0.4, 0.0)
+    assert look_level(1) == pytest.approx(0.98)  # the last look: a tail of 1%
+    assert look_level(2) == pytest.approx(0.99)
+    assert look_level(3) == pytest.approx(1 - 2 * 0.025 * 0.4 / 3)
+    assert look_level(0) == look_level(1) == look_level(1, 1.0) == look_level(1, 1.5)
+
+
+def test_the_looks_follow_obrien_flemings_boundary_in_the_information_fraction() -> None:
+    """A look at a quarter of the tasks reads "confidently faster" at twice the last look's z (z_end / √t): stricter
+    the earlier; the earliest capped at 6 standard errors (a level that rounds to 1 cannot be read)."""
+    z_end = NORMAL.inv_cdf(0.99)
+    assert look_level(1, 0.25) == pytest.approx(1 - 2 * NORMAL.cdf(-2 * z_end))
+    fractions = [i / 24 for i in range(8, 25)]  # the CPU 70/30 tune's looks: 8 of 24 tasks to all 24
+    levels = [look_level(3, f) for f in fractions]
+    assert levels == sorted(levels, reverse=True) and levels[-1] == pytest.approx(look_level(3))
+    assert look_level(1, 1e-9) == pytest.approx(1 - 2 * NORMAL.cdf(-6.0)) and look_level(1, 1e-9) < 1
+
+
+def test_the_last_look_keeps_most_of_the_budget_and_the_first_looks_are_stricter_than_pococks() -> None:
+    """Fails on the rule before (Pocock's constant boundary, every look at 0.07 of the candidate's share: 99.65% for
+    one candidate). A true gain on the CPU's wide edits: 1.09x whose 95% interval at 18 degrees of freedom is
+    [1.02, 1.16]; at the last look (every task measured) it is served at 98%, where 99.65% left it undecided; at a
+    third of the tasks the same figure does not stop as faster (the look reads 99.994%)."""
+    iv = Interval(1.09, 1.09 * math.exp(-0.0638), 1.09 * math.exp(0.0638), 20, df=18, level=0.95)
+    d = tune([MOD])
+    assert not at_level(iv, 0.9965).significantly_above(1.0)  # the rule before: undecided at every look
+    assert d.whole_stop(iv) == FASTER and deployable(iv, 0.05, look_level(1))
+    assert look_level(1, 1 / 3) > 0.9999 > 0.9965
+    assert d.whole_stop(iv, 1 / 3) is None
 
 
 def test_an_interval_at_another_level_scales_its_half_width_by_the_t_quantiles() -> None:
@@ -56,9 +82,9 @@ def test_an_interval_at_another_level_scales_its_half_width_by_the_t_quantiles()
 
 
 def test_deployable_reads_faster_at_the_budget_and_the_margin_at_95() -> None:
-    """1.06x [1.03, 1.09] on 16 tasks: confidently faster at 95% and at 99.65%; a stricter level widens it but
-    "not confidently under 1 + 5%" is read on the 95% figure, so a 1.03x [1.02, 1.04] is never made deployable by a
-    level that reaches past 1.05."""
+    """1.06x [1.03, 1.09] on 16 tasks: confidently faster at 95% and at the last look's 98%; a stricter level widens
+    it but "not confidently under 1 + 5%" is read on the 95% figure, so a 1.03x [1.02, 1.04] is never made deployable
+    by a level that reaches past 1.05."""
     iv = Interval(1.06, 1.03, 1.06 ** 2 / 1.03, 16)
     assert deployable(iv, 0.05) and deployable(iv, 0.05, look_level(1))
     small = Interval(1.03, 1.02, 1.03 ** 2 / 1.02, 30)
@@ -67,27 +93,28 @@ def test_deployable_reads_faster_at_the_budget_and_the_margin_at_95() -> None:
 
 
 def test_the_whole_figures_faster_stop_reads_the_budget_whatever_stop_on_says() -> None:
-    """With shares the whole figure stops as faster at the error budget's level (the tune's stop_on names only the
+    """With shares the whole figure stops as faster at the error budget's boundary (the tune's stop_on names only the
     futility stops: design.md says so), and for futility at whole_level. A 1.10x whose 99% interval clears 1 stopped
-    as faster before issue 79; at 99.65% (one candidate) it does not, and the choice at the end reads the same
-    level."""
+    as faster at half the tasks before issue 79; at half the tasks the boundary reads 99.9% (one candidate) and it
+    does not, at the last look (98%) it does, and the choice at the end reads the last look's level."""
     d = tune([MOD])
     assert FASTER not in d.stop_on and d.serve_level() == pytest.approx(look_level(1))
+    assert d.serve_level(0.5) == pytest.approx(look_level(1, 0.5)) and d.serve_level(0.5) > 0.998
     iv = Interval(1.10, 1.10 * math.exp(-0.0638), 1.10 * math.exp(0.0638), 20, df=18, level=0.95)
-    assert at_level(iv, 0.99).significantly_above(1.0) and not at_level(iv, d.serve_level()).significantly_above(1.0)
-    assert d.whole_stop(iv) is None
+    assert at_level(iv, 0.99).significantly_above(1.0) and not at_level(iv, d.serve_level(0.5)).significantly_above(1)
+    assert d.whole_stop(iv, 0.5) is None and d.whole_stop(iv) == FASTER
     assert Design([MOD], TASKS, min_tasks=3, stop_on=tuple(s for s in STOPS if s in FUTILITY), shares=SHARES,
-                  serve_level=0.99).whole_stop(iv) == FASTER  # the level before
+                  serve_level=0.99).whole_stop(iv, 0.5) == FASTER  # the level before
     clear = Interval(1.20, 1.20 * math.exp(-0.0638), 1.20 * math.exp(0.0638), 20, df=18, level=0.95)
-    assert d.whole_stop(clear) == FASTER
+    assert d.whole_stop(clear, 0.5) == FASTER
     futile = Interval(1.01, 1.00, 1.02, 20, df=18, level=0.95)  # under 1.05 at 99% too: no gain
     assert d.whole_stop(futile) == NO_GAIN
 
 
 def test_the_candidates_counted_are_every_one_the_measurement_may_measure() -> None:
-    """Three candidates measured from the start: each at 99.88%. One shortlisted and two held back: 99.88% from the
-    start too (a gain stopped as faster must be served at the end, after the held-back types were brought in); the
-    final choice counts the candidates it is given, never more."""
+    """Three candidates measured from the start: each at 99.33% at the last look. One shortlisted and two held back:
+    three from the start too (a gain stopped as faster must be served at the end, after the held-back types were
+    brought in); the final choice counts the candidates it is given, never more."""
     assert tune([MOD, SIMPLE, MAPK]).serve_level() == pytest.approx(look_level(3))
     d = tune([MOD, SIMPLE, MAPK], reserve=(SIMPLE, MAPK))
     assert d.running() == [MOD] and d.candidates() == [MOD, SIMPLE, MAPK]

@@ -53,10 +53,10 @@ def test_the_first_run_is_undecided_under_the_error_budget_and_says_what_would_s
                                                                         "tool_calls": 4}
     measured, choice, per_wl = decided(RUNS[0])
     assert choice.chosen == kinds.PLAIN and not choice.settled and choice.runner_up == MOD, choice
-    assert choice.level == pytest.approx(0.9965)
+    assert choice.level == pytest.approx(0.98)
     (fig,) = [m.speedup for m in measured if m.name == MOD]
     assert fig.low is not None and fig.low > 1.0 and 1.02 < fig.estimate < 1.06, fig
-    strict = at_level(fig, 0.9965)
+    strict = at_level(fig, 0.98)
     assert strict.low is not None and strict.low < 1.0, strict
     assert choice.weighed.startswith("no mix given: each workload of the standard set weighs the same")
     assert per_wl["code"].startswith("plain") and per_wl["prose"].startswith("plain")
@@ -69,9 +69,10 @@ def test_the_first_run_is_undecided_under_the_error_budget_and_says_what_would_s
 def test_at_12_tasks_a_workload_the_whole_figure_settles_within_the_budget() -> None:
     """README command 1 at the default 12 tasks a workload: 24 blocks in 683 s of measuring (tune 888 s of 900),
     code 5, edits 9, prose 4, tool calls 6. The whole figure chooses ngram-mod (1.06x [1.02, 1.09] at 95%, [1.00,
-    1.11] at the error budget's 99.65%), the other workloads say nothing pays (under the 5% margin); the edits alone
-    (ngram-mod 1.20x [1.04, 1.38] at 95%, its edits 0.99-1.64x) settled before issue 79 and are undecided at 99.65%,
-    the one line that stays open."""
+    1.11] at the error budget's first form, 99.65%), the other workloads say nothing pays (under the 5% margin); the
+    edits alone (ngram-mod 1.20x [1.04, 1.38] at 95%, its edits 0.99-1.64x) settled before issue 79, were undecided
+    at the budget's first form (Pocock's 99.65% at every look) and settle again at the last look's 98% (O'Brien–
+    Fleming's boundary): ngram-mod, nothing left open."""
     rows = results(RUNS[2])["blocks"]
     assert {w: sum(r["workload"] == w for r in rows) for w in SET} == {"code": 5, "edit": 9, "prose": 4,
                                                                         "tool_calls": 6}
@@ -79,9 +80,9 @@ def test_at_12_tasks_a_workload_the_whole_figure_settles_within_the_budget() -> 
     assert choice.chosen == MOD and choice.settled, choice
     (fig,) = [m.speedup for m in measured]
     assert fig.low is not None and fig.low > 1.0, fig
-    assert per_wl["edit"].startswith("undecided"), per_wl
+    assert per_wl["edit"].startswith(MOD), per_wl
     assert all(per_wl[w].startswith("plain") for w in ("code", "prose", "tool_calls")), per_wl
-    assert [line.split(":")[0] for line in choice.settle] == ["edit"], choice.settle
+    assert choice.settle == (), choice.settle
     assert choice.weighed.startswith("no mix given: each workload of the standard set weighs the same (tasks code 6, "
                                      "edit 12")
 

@@ -32,10 +32,10 @@ every block would otherwise stop a true 5% gain for futility far more often than
 them, or *faster* at the **error budget**'s boundary whatever ``stop_on`` says (:func:`look_level`, issue 79): over
 the whole run, every look and the final choice included, a candidate whose true speedup is 1.00 is served at most
 2.5% of the time, one-sided: split evenly over the candidates (Bonferroni; every one the measurement may measure,
-held-back ones included), and each candidate's share spent at one constant level a look (Pocock's boundary), the
-level the tune's final choice reads too (:func:`specops.tune.decide.choose`), so a stop that first looks confident
-claims no more than the choice would. The futility stops can only leave plain decoding served, so they spend none of
-it. The measurement ends when every arm is decided, so a tune ends when it has decided, not when its budget does.
+held-back ones included), each candidate's share spent on an O'Brien–Fleming boundary in the tasks measured ÷ the
+cap (strict early, most kept for the last look, the level the final choice reads: :func:`specops.tune.decide.choose`).
+The futility stops can only leave plain decoding served, so they spend none of it. The measurement ends when every
+arm is decided, so a tune ends when it has decided, not when its budget does.
 
 **Conclusions** (what the report and the recommendation read): *slower* (interval below 1), *faster*
 (interval above 1), *no gain* (interval below 1 + ``half_width``, or around 1.0 within it), or
@@ -283,10 +283,11 @@ class Design(Estimates):
         given (those measured), never more than these, so it never reads stricter than the looks did."""
         return [a for a in self.arms if a not in self.references]
 
-    def serve_level(self) -> float:
-        """The level of the whole figure's *faster* stop: the one given, else the run's error budget
-        (:func:`look_level` over :meth:`candidates`), the level the tune's final choice reads as well."""
-        return self._serve_level if self._serve_level is not None else look_level(len(self.candidates()))
+    def serve_level(self, fraction: float = 1.0) -> float:
+        """The level of the whole figure's *faster* stop at information ``fraction`` (tasks measured ÷ the cap): the one
+        given, else the run's error budget (:func:`look_level` over :meth:`candidates`, O'Brien–Fleming's boundary);
+        at 1, the last look, the level the tune's final choice reads as well."""
+        return self._serve_level if self._serve_level is not None else look_level(len(self.candidates()), fraction)
 
     def _decide_whole(self) -> None:
         """With shares: an arm whose output differed anywhere stops everywhere (the identity rule can never pick
@@ -307,8 +308,9 @@ class Design(Estimates):
             iv = self.whole(arm)
             if iv is None or not iv.has_ci:
                 continue
-            half_in = 2 * sum(counts) >= sum(len(self.tasks[w]) for w in self.workloads)
-            stop = self.whole_stop(iv) or (UNSETTLED if half_in and not self.can_settle(arm, iv) else None)
+            fraction = sum(counts) / sum(len(self.tasks[w]) for w in self.workloads)
+            stop = self.whole_stop(iv, fraction) or (UNSETTLED if fraction >= 0.5 and not self.can_settle(arm, iv)
+                                                     else None)
             if stop is not None:
                 for st in rows.values():
                     st.stopped = st.stopped or f"{stop} {WHOLE}"
@@ -349,12 +351,12 @@ class Design(Estimates):
                 return
 
     def can_settle(self, arm: str, iv: Interval) -> bool:
-        """Could the whole figure still settle (deployable at :meth:`serve_level`, or no gain or slower at 95%) were
-        every task left measured (:meth:`projection`): some estimate within reach leaving the final interval wholly
-        above 1 at the serving level, or wholly below 1 + ``half_width`` at 95%, as the choice reads them? A figure
-        that cannot is *unsettled*: more blocks cannot change the answer (plain
-        decoding, undecided), so the measurement ends and says what would settle it (a 2-core CPU tune with 12 edits
-        in its task file spent 9 more prose blocks after its edits ran out). Looked at once half the tasks are in."""
+        """Could the whole figure still settle (deployable at the last look's :meth:`serve_level`, or no gain or
+        slower at 95%) were every task left measured (:meth:`projection`): some estimate within reach leaving the
+        final interval wholly above 1 at the serving level, or wholly below 1 + ``half_width`` at 95%, as the choice
+        reads them? A figure that cannot is *unsettled*: more blocks cannot change the answer (plain decoding,
+        undecided), so the measurement ends and says what would settle it (a 2-core CPU tune with 12 edits in its
+        task file spent 9 more prose blocks after its edits ran out). Looked at once half the tasks are in."""
         proj, serve = self.projection(arm), self.projection(arm, self.serve_level())
         if proj is None or serve is None:
             return True
@@ -369,18 +371,19 @@ class Design(Estimates):
         return (proj is not None and iv.estimate >= 1.0 + self.half_width
                 and math.log(iv.estimate) - proj[0] > 0)
 
-    def whole_stop(self, iv: Interval) -> str | None:
-        """The whole figure's stop, from its 95% interval ``iv``: *slower*, then *no gain* (confidently under 1 +
-        ``half_width``: a 1.02x [1.005, 1.035] is faster than plain decoding but not worth deploying, and stops as
-        no gain), each at ``whole_level`` and where ``stop_on`` allows it, then *faster* (deployable: wholly above 1
-        at :meth:`serve_level`, the error budget's boundary, and not confidently under 1 + ``half_width``: what the
-        final choice may serve), whatever ``stop_on`` says of *faster*."""
+    def whole_stop(self, iv: Interval, fraction: float = 1.0) -> str | None:
+        """The whole figure's stop, from its 95% interval ``iv`` at information ``fraction``: *slower*, then *no
+        gain* (confidently under 1 + ``half_width``: a 1.02x [1.005, 1.035] is faster than plain decoding but not
+        worth deploying, and stops as no gain), each at ``whole_level`` and where ``stop_on`` allows it, then *faster*
+        (deployable: wholly above 1 at :meth:`serve_level` of ``fraction``, the error budget's boundary, and not
+        confidently under 1 + ``half_width``: what the final choice may serve), whatever ``stop_on`` says of
+        *faster*."""
         futile = at_level(iv, self.whole_level)
         if futile.significantly_below(1.0) and SLOWER in self.stop_on:
             return SLOWER
         if futile.significantly_below(1.0 + self.half_width) and NO_GAIN in self.stop_on:
             return NO_GAIN
-        return FASTER if deployable(iv, self.half_width, self.serve_level()) else None
+        return FASTER if deployable(iv, self.half_width, self.serve_level(fraction)) else None
 
     def early_stop(self, iv: Interval) -> str | None:
         """The first stop of :data:`STOPS` the interval settles that ``stop_on`` allows (None: keep running).

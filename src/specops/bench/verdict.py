@@ -8,30 +8,43 @@ sequential design that feeds them is :mod:`specops.bench.design`.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 from specops.bench.stats import Interval, t_quantile
 
 SLOWER, FASTER, NO_GAIN, INCONCLUSIVE = "slower", "faster", "no gain", "inconclusive"
+NORMAL = NormalDist()
 
 
 # The tune's error budget (issue 79 item 1): over the whole run, every look (the last included) and every candidate
 # measured, the chance of serving a candidate whose true speedup is 1.00 or less is at most ALPHA, one-sided.
 ALPHA = 0.025
-# Each candidate's share of ALPHA (Bonferroni: ALPHA / the candidates measured) is spent on a constant boundary over
-# the looks (Pocock's form): each look, the last included, reads the same nominal one-sided level, POCOCK × the share.
-# Pocock's own constant for the tune's 6 to 31 looks on normal data would be 0.12-0.30 of it; the whole figure's far
-# tail at the CPU's wide edits misses toward 'faster' about twice as often as its nominal rate (a mean of a few
-# skewed times, its spread read from the same few), so POCOCK is set by simulation: scripts/sim-error-budget, at
-# 0.07 every cell of the recorded CPU and GPU spreads, one and three candidates, served a true 1.00 in at most 1.95%
-# of 8,000 runs, at 0.10 up to 2.8% of 2,000 (docs/measurements.md, 2026-12-07).
-POCOCK = 0.07
+# Each candidate's share of ALPHA (Bonferroni: ALPHA / the candidates measured) is spent over the looks on an
+# O'Brien–Fleming boundary (Wang & Tsiatis's family at SHAPE Δ = 0): the look at information fraction t (the tasks
+# measured ÷ the cap) reads "confidently faster" at z_t = z_end · t^(Δ − 1/2), z_end the normal quantile of the last
+# look's one-sided tail, FINAL × the share. The first looks are strict and the last one, the final choice, keeps
+# most of the budget: the whole figure's far tail leans toward 'faster' at the first looks (a mean of a few skewed
+# request times, its spread read from the same few), and those are the looks this boundary spends least on. Its
+# earlier looks spent almost nothing in simulation; the last look's own lean toward 'faster' (1.6-2x its nominal rate
+# at the CPU's wide edits) is what FINAL leaves room for: scripts/sim-error-budget (docs/measurements.md, 2026-12-07,
+# "an O'Brien–Fleming boundary"): at 0.4 a true 1.00 served in at most 2.11% of 8,000 runs in the widest cell, at 0.5
+# in 2.57%. Δ = 0.5 is Pocock's constant boundary, the budget's first form (every look at 0.07 of the share: a true
+# 1.20 served in 55-70% of runs where the CPU's edits spread 0.24; now 73-87%).
+FINAL = 0.4
+SHAPE = 0.0
+# the strictest look, in standard errors (a look that early cannot serve anything; a level that rounds to 1 cannot be
+# read)
+Z_MOST = 6.0
 
 
-def look_level(candidates: int, alpha: float = ALPHA) -> float:
-    """The two-sided level of the interval every look at a candidate reads to serve it, the final choice included:
-    each tail ``alpha`` × :data:`POCOCK` ÷ the ``candidates`` measured (one candidate: 99.65%, a tail of 0.175%;
-    three: 99.88%)."""
-    return 1.0 - 2.0 * alpha * POCOCK / max(1, candidates)
+def look_level(candidates: int, fraction: float = 1.0, alpha: float = ALPHA) -> float:
+    """The two-sided level of the interval a look at a candidate reads to serve it, at information ``fraction``
+    (tasks measured ÷ the cap; 1, the default: the last look, which the final choice reads): one-sided, the last
+    look's tail is ``alpha`` × :data:`FINAL` ÷ the ``candidates`` measured, and an earlier look's z is the last one's
+    × ``fraction`` ^ (:data:`SHAPE` − 1/2) (O'Brien–Fleming's boundary)."""
+    tail = alpha * FINAL / max(1, candidates)
+    z = NORMAL.inv_cdf(1.0 - tail) * min(1.0, max(fraction, 1e-6)) ** (SHAPE - 0.5)
+    return 1.0 - 2.0 * NORMAL.cdf(-min(z, Z_MOST))
 
 
 # the most an interval's end may lie from its estimate on the log scale (e^300: no speedup is near it)

@@ -137,7 +137,8 @@ def _method_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--whole-level", type=float, default=D.whole_level, metavar="LEVEL",
                    help="with --shares: the whole figure's confidence level for a futility stop (slower, no gain), "
                         "looked at after every block (default 0.99); its faster stop reads the run's error budget "
-                        "(one-sided 2.5%% over every look and candidate: 99.65%% for one candidate)")
+                        "(one-sided 2.5%% over every look and candidate, O'Brien-Fleming's boundary: 98%% at the "
+                        "last look for one candidate, stricter before)")
     g.add_argument("--reserve", type=_strs, default=D.reserve, metavar="ARMS",
                    help="with --shares: arms of --arms held back (comma list, in order) until a measured one is on "
                         "course to clear 1 + --half-width, then measured beside it one at a time (specops tune: the "

@@ -321,10 +321,10 @@ def _unpaired_words(t: _Tie) -> str:
 
 
 def budget_words(level: float, candidates: int) -> str:
-    """How the serving level was set, for the reason: ``99.65% (the run's one-sided 2.5% for serving what does not
-    pay, over 1 candidate, Pocock's boundary a look)``."""
+    """How the serving level was set, for the reason: ``98.00% (the run's one-sided 2.5% for serving what does not
+    pay, over 1 candidate, O'Brien–Fleming's boundary at its last look)``."""
     return (f"{level:.2%} (the run's one-sided {ALPHA:.1%} for serving what does not pay, over {candidates} "
-            f"candidate{'s' if candidates != 1 else ''}, Pocock's boundary a look)")
+            f"candidate{'s' if candidates != 1 else ''}, O'Brien–Fleming's boundary at its last look)")
 
 
 def choose(measured: Sequence[Measured], need_identical: bool = True, margin: float = 0.05,
@@ -334,11 +334,11 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
 
     A candidate is *deployable* when its interval lies wholly above 1 (confidently faster than plain decoding) at
     ``level`` and not wholly below 1 + ``margin`` at 95%. ``level`` is the run's **error budget** (issue 79 item 1;
-    None: :func:`specops.bench.design.look_level` over the ``measured`` candidates, the level every look of the
-    measurement read): one-sided 2.5% for serving a candidate whose true speedup is 1.00 or less over the whole run,
-    split evenly over the candidates measured (Bonferroni) and spent at one level a look (Pocock's constant boundary),
-    the last look, this choice, held to the same level as the others (99.65% for one candidate, 99.88% for three); the
-    figures shown stay the 95% ones. Not wholly below 1 + ``margin`` (it may gain what deploying it is worth: a figure
+    None: :func:`specops.bench.design.look_level` over the ``measured`` candidates at the last look): one-sided 2.5%
+    for serving a candidate whose true speedup is 1.00 or less over the whole run, split evenly over the candidates
+    measured (Bonferroni) and spent over the looks on an O'Brien–Fleming boundary (the earlier looks of the
+    measurement stricter, this choice, the last look, at the level that keeps most of the budget); the figures shown
+    stay the 95% ones. Not wholly below 1 + ``margin`` (it may gain what deploying it is worth: a figure
     confidently under that is the bench's
     *no gain*, the tune's futility stop; two runs of the same tune otherwise chose a 1.03x [1.01, 1.05] in one and
     plain decoding for a 1.00x [0.96, 1.05] in the next). The best is the fastest usable candidate (an interval,
