@@ -1,4 +1,4 @@
-"""Filters for roles/llama_server's auto-tune (tasks/tune.yml): specops.filters.tune (specops.tune)."""
+"""Filters for roles/llama_server_tune (tasks/main.yml): specops.filters.tune (specops.tune)."""
 
 from __future__ import annotations
 

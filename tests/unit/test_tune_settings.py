@@ -265,7 +265,7 @@ def _render(template: str, role_vars: dict[str, Any]) -> list[str]:
 
 
 def _task_argv() -> str:
-    """The tune's command line as the role composes it: tune.yml's, then the live service's words that tune_run.yml
+    """The tune's command line as the role composes it: main.yml's, then the live service's words that run.yml
     adds where the tune runs (one template: the second list appended to the first)."""
     tasks = yaml.safe_load((ROLE_DIR / "tasks" / "main.yml").read_text())
     block = next(t for t in tasks if "block" in t)["block"]
