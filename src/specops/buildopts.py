@@ -17,6 +17,10 @@ from specops.knobs import knob
 BACKENDS = ("cpu", "cuda", "vulkan", "hip", "metal", "sycl")
 DEFAULT_CUDA_ARCHITECTURES = "75;80;86;89;90"
 DEFAULT_HIP_TARGETS = "gfx90a;gfx1030;gfx1100"
+# llama.cpp's RPC backend (GGML_RPC): llama-server --rpc HOST:PORT adds the devices of a ggml-rpc-server process
+# (tools/rpc at the pinned commit). Off by default: the server then takes no --rpc ("RPC not supported in this build").
+RPC_OPTION = "GGML_RPC"
+RPC_SERVER_TARGET = "ggml-rpc-server"
 
 # cpuinfo flag -> GGML option. AMX and AVX512_BF16 are deliberately absent (see module docstring;
 # AVX512_BF16 does not compile with GCC 12). They can still be forced through extra options.
@@ -111,11 +115,13 @@ def cmake_options(
     hip_targets: str = DEFAULT_HIP_TARGETS,
     extra: dict[str, str] | None = None,
     cuda_fa_kv: Sequence[str] = (),
+    rpc: bool = False,
 ) -> dict[str, str]:
     """Every ``-D`` option for one build, sorted for a stable build id.
 
     ``cuda_fa_kv``: further K-V cache type pairs (``q8_0-q4_0``) whose FlashAttention kernels a CUDA build
-    compiles, beyond llama.cpp's defaults and the pair the service deploys."""
+    compiles, beyond llama.cpp's defaults and the pair the service deploys. ``rpc``: the RPC backend too
+    (``GGML_RPC=ON``; absent otherwise, so a build without it keeps its build id)."""
     if backend not in BACKENDS:
         raise BuildOptionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     opts = dict(COMMON)
@@ -133,9 +139,17 @@ def cmake_options(
         opts.update({"GGML_METAL": "ON", "GGML_METAL_EMBED_LIBRARY": "ON"})
     elif backend == "sycl":
         opts.update({"GGML_SYCL": "ON", "CMAKE_C_COMPILER": "icx", "CMAKE_CXX_COMPILER": "icpx"})
+    if rpc:
+        opts[RPC_OPTION] = "ON"
     # Extra options win, including GGML_NATIVE=ON for those who explicitly ask for it.
     opts.update({str(k): str(v) for k, v in (extra or {}).items()})
     return dict(sorted(opts.items()))
+
+
+def build_targets(targets: Sequence[str], rpc: bool = False) -> list[str]:
+    """The CMake targets a build compiles and installs into ``<prefix>/bin``: ``targets`` (each once, in order), and
+    ``ggml-rpc-server`` with ``rpc``."""
+    return list(dict.fromkeys([*(str(t) for t in targets), *([RPC_SERVER_TARGET] if rpc else [])]))
 
 
 def build_id(commit: str, backend: str, options: dict[str, str], targets: list[str]) -> str:

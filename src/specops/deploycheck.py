@@ -29,11 +29,14 @@ from specops.knobs import (
 )
 from specops.knobs import ranges as knob_ranges
 from specops.profile import no_draft_why
+from specops.rpc import REMOTE_VAR as RPC_REMOTE_VAR
+from specops.rpc import rpc_problem
 from specops.tune import settings as tune_settings
 from specops.unitfile import UnitValueError, absolute_path, executable, memory_size, plain_name, representable
 
 __all__ = [
-    "DRAFT_VARS", "EXECUTABLE_ROOTS", "LISTED", "PATHS", "PLACEMENT_VARS", "PORTS", "RANGES", "SERVICE_USER",
+    "BUILD_RPC", "DRAFT_VARS", "EXECUTABLE_ROOTS", "LISTED", "PATHS", "PLACEMENT_VARS", "PORTS", "RANGES",
+    "RPC_REMOTE_VAR", "RPC_VAR", "SERVICE_USER",
     "SIZES", "SPEC_TYPE_VAR", "TABBY_UNIT_STATE_ROOT", "TEXT", "check_host", "check_inputs", "check_tabbyapi_host",
     "check_tabbyapi_inputs", "is_loopback", "verify_problems"
 ]
@@ -265,7 +268,30 @@ def check_inputs(values: dict[str, Any], specs: dict[str, Any]) -> list[str]:
             except UnitValueError as exc:
                 problems.append(str(exc))
     return (problems + _speculation_problems(values, problems) + _placement_problems(values, problems)
-            + _exposure_problems(values, problems))
+            + _exposure_problems(values, problems) + _rpc_problems(values, problems))
+
+
+RPC_VAR = knob("rpc").role_var
+# whether the builder's llama.cpp has the RPC backend (its llama_cpp_rpc, or GGML_RPC=ON among its extra options):
+# roles/llama_server/tasks/inputs.yml hands it in under this name where the inventory has a builder
+BUILD_RPC = "llama_cpp_rpc"
+
+
+def _rpc_problems(values: dict[str, Any], problems: list[str]) -> list[str]:
+    """The ggml-rpc-server endpoints (specops.rpc: host:port, each once, loopback unless llama_server_rpc_remote),
+    and a build that has no RPC backend to reach them with. One line, naming the variable."""
+    reported = {p.split("=", 1)[0] for p in problems}
+    value = values.get(RPC_VAR)
+    if value is None or value == "" or RPC_VAR in reported or RPC_REMOTE_VAR in reported:
+        return []
+    problem = rpc_problem(value, allow_remote=_true(values.get(RPC_REMOTE_VAR)), var=lambda name: knob(name).role_var)
+    if problem:
+        return [problem]
+    if BUILD_RPC in values and not _true(values.get(BUILD_RPC)):
+        return [f"{RPC_VAR}={value!r}: the builder's llama.cpp has no RPC backend ({BUILD_RPC} is false), so "
+                "llama-server would stop with \"RPC not supported in this build\"; set llama_cpp_rpc: true for the "
+                f"llama_builders host (it also builds ggml-rpc-server), or unset {RPC_VAR}"]
+    return []
 
 
 # the placement settings' role variables -> knob names

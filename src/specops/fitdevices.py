@@ -222,6 +222,28 @@ def placement(params: FitParams, devices: list[DeviceFree], tshape: ModelShape, 
                      chosen=chosen, layers=layers)
 
 
+# ggml's scheduler keeps GGML_SCHED_MAX_COPIES (4) copies of each split's inputs when llama.cpp turns pipeline
+# parallelism on (src/llama-context.cpp at 0c1e57098: more than one device, every layer and the output offloaded,
+# split mode layer, the KV offloaded, no tensor overrides, every device async with events)
+SCHED_COPIES = 4
+
+
+def pipeline_parallel(place: Placement, n_layer: int) -> bool:
+    """Does llama.cpp turn pipeline parallelism on for the target here: whole layers over more than one device, the
+    output layer too (tensor overrides, which the fit does not model, would turn it off)."""
+    used = {d for d in place.layers if d != CPU}
+    return place.split_mode == "layer" and len(used) > 1 and CPU not in place.layers[:n_layer + 1]
+
+
+def pipeline_copies_bytes(s: ModelShape, cells: int, n_ubatch: int) -> int:
+    """What each device's compute buffer reserves beyond the one-device figure under pipeline parallelism: the
+    further copies of its split's inputs, the KQ mask (f16, cells × ubatch) and the hidden state (f32, n_embd ×
+    ubatch). Measured at 0c1e57098 on two RPC devices (``-fa on``, ubatch 512), two models and three contexts:
+    3 more masks and 5 more hidden states, within 0.1 MiB (Qwen2.5-Coder 1.5B at -c 2048/4096/8192: 81.60, 89.60,
+    105.60 MiB a device against 60.53, 62.53, 66.53 on one device; SmolLM2-135M at -c 4096: 32.98 against 15.28)."""
+    return (SCHED_COPIES - 1) * 2 * n_ubatch * cells + (SCHED_COPIES + 1) * 4 * n_ubatch * s.n_embd
+
+
 def _target_items(row: DeviceRow, i: int, place: Placement, s: ModelShape, params: FitParams, cells: int,
                   members: set[str]) -> None:
     """The target's share of device ``i``: its layers' weights and KV, the output layer, the compute buffer."""
@@ -252,8 +274,14 @@ def _target_items(row: DeviceRow, i: int, place: Placement, s: ModelShape, param
     mtp = [il for il in s.kv_layers(mtp=True) if place.layers[il] == i] if "draft-mtp" in members else []
     if mtp and s.n_nextn > 0:
         row.items.append(kv_item("MTP KV cache", s, cells, params.cache_type_k, params.cache_type_v, mtp))
-    row.items.append(Item("target compute", s.compute_bytes(cells, params.ubatch_size, params.flash_attn),
-                          f"ubatch {params.ubatch_size} (estimate, as on one device)"))
+    compute = s.compute_bytes(cells, params.ubatch_size, params.flash_attn)
+    how = f"ubatch {params.ubatch_size} (estimate, as on one device)"
+    if pipeline_parallel(place, s.n_layer):
+        copies = pipeline_copies_bytes(s, cells, params.ubatch_size)
+        compute += copies
+        how += (f" + {copies / MIB:,.1f} MiB: {SCHED_COPIES} copies of each split's inputs under pipeline "
+                "parallelism (measured)")
+    row.items.append(Item("target compute", compute, how))
     if output and "draft-mtp" in members and s.n_nextn > 0:
         row.items.append(Item("MTP compute", s.compute_bytes(cells, params.ubatch_size, params.flash_attn),
                               "the MTP context's own compute buffer (estimate, as the target's)"))
@@ -306,6 +334,14 @@ def _draft_items(row: DeviceRow, i: int, place: Placement, s: ModelShape, params
                               "logits for a whole ubatch in its compute buffer"))
 
 
+def _runtime(row: DeviceRow) -> None:
+    """The runtime's own share on a device this process uses: :data:`GPU_OVERHEAD`; none on an RPC device (its
+    ``ggml-rpc-server`` holds its backend's context in its own process and reports the free memory left after it)."""
+    if row.device.name.startswith("RPC"):
+        return
+    row.items.append(Item("runtime overhead", GPU_OVERHEAD, "CUDA context, cuBLAS and pools (per device)"))
+
+
 def fit_devices(tshape: ModelShape, dshape: ModelShape | None, params: FitParams, devices: list[DeviceFree],
                 cells: int, source: str = "") -> tuple[Placement, list[DeviceRow]]:
     """Each device against its own free memory: the target's layers on it (whole layers, llama.cpp's split), their
@@ -322,7 +358,7 @@ def fit_devices(tshape: ModelShape, dshape: ModelShape | None, params: FitParams
             _target_items(row, index[row.device.name], place, tshape, params, cells, members)
     for row in rows:  # the runtime where the target is: before the draft's device is picked by the room left
         if row.items:
-            row.items.append(Item("runtime overhead", GPU_OVERHEAD, "CUDA context, cuBLAS and pools (per device)"))
+            _runtime(row)
     if dshape is not None:
         place_draft(params, place, rows, dshape)
         draft_index = {n: i for i, n in enumerate(place.draft_devices)}
@@ -331,8 +367,7 @@ def fit_devices(tshape: ModelShape, dshape: ModelShape | None, params: FitParams
                 had = bool(row.items)
                 _draft_items(row, draft_index[row.device.name], place, dshape, params, cells)
                 if row.items and not had:
-                    row.items.append(Item("runtime overhead", GPU_OVERHEAD,
-                                          "CUDA context, cuBLAS and pools (per device)"))
+                    _runtime(row)
     for row in rows:
         row.margin = parse_margin(params.margin, row.needed) if row.items else 0
     return place, rows

@@ -291,6 +291,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob("ngl", "raw", "target layers on the GPU (a number, auto or all)",
          ("--gpu-layers", "-ngl", "--n-gpu-layers"), llama_default="auto", fit=True),
     # ---- placement over devices (specops fit checks each device against its own free memory) -----------------------
+    # before the device lists: llama-server reads its arguments in order, and --device RPC0 names a device that
+    # --rpc registers (common/arg.cpp at 0c1e57098: "invalid device" otherwise). The endpoints: specops.rpc
+    Knob("rpc", "str", "comma-separated host:port of ggml-rpc-server processes whose devices this server adds "
+         "(named RPC0, RPC1, ... in that order in --list-devices)", ("--rpc",)),
     Knob("device", "str", "the target's devices, comma-separated as llama-server --list-devices names them "
          "(CUDA0,CUDA1), or none (no offload); unset: every GPU the build finds", ("--device", "-dev"), fit=True),
     Knob("split_mode", "str", "how the target is split over its devices: layer (whole layers per device), row, "

@@ -28,6 +28,7 @@ from specops.knobs import (
     spec_type_problem,
     uses_draft_model,
 )
+from specops.rpc import rpc_problem
 
 __all__ = ["CACHE_TYPES", "DRAFT_MODEL_TYPES", "DRAFT_TYPES", "NGRAM_TYPES", "SPEC_TYPES", "ProfileError",
            "ServerProfile", "model_file", "models_wanted", "no_draft_why", "role_profile", "role_vars",
@@ -151,6 +152,10 @@ class _Profile:
             raise ProfileError(f"split_mode {self.split_mode!r} is not one of {', '.join(SPLIT_MODES)}")
         # the placement on its own (the devices a build lists are checked where they are known: specops fit)
         problem = placement_problem({name: getattr(self, name) for name in PLACEMENT})
+        if problem:
+            raise ProfileError(problem)
+        # the ggml-rpc-server endpoints' form (beyond loopback is the role's opt-in, llama_server_rpc_remote)
+        problem = rpc_problem(getattr(self, "rpc", None), allow_remote=True)
         if problem:
             raise ProfileError(problem)
 

@@ -140,7 +140,7 @@ def test_the_role_and_the_command_configure_alike(capsys, cache, src, tmp_path) 
     role_vars = {"llama_cpp_src_dir": str(src), "llama_cpp_build_dir": plan["build_dir"], "llama_cpp_jobs": "3",
                  "llama_cpp_cmake_options": options, "llama_cpp_backend": "cuda", "llama_cpp_cuda_home": str(cuda),
                  "llama_cpp_ccache": False, "_llama_cpp_cuda_lib_dirs_all": libs, "llama_cpp_cuda_bundle_libs": False,
-                 "llama_cpp_cache_dir": "/c", "llama_cpp_targets": ["llama-server", "llama-bench"]}
+                 "llama_cpp_cache_dir": "/c", "llama_cpp_build_targets": ["llama-server", "llama-bench"]}
     configure = tasks["Configure (cmake)"]["ansible.builtin.command"]["argv"]
     assert env.from_string(configure).render(**role_vars) == plan["configure"]
     bundled = env.from_string(configure).render(**role_vars | {"llama_cpp_cuda_bundle_libs": True,
@@ -151,6 +151,55 @@ def test_the_role_and_the_command_configure_alike(capsys, cache, src, tmp_path) 
     compile_task = next(t for name, t in tasks.items() if name.startswith("Compile"))
     cmd = env.from_string(compile_task["ansible.builtin.script"]["cmd"]).render(**role_vars)
     assert cmd.endswith(" -- " + shlex.join(plan["compile"]))
+
+
+def test_rpc_builds_the_backend_and_ggml_rpc_server(capsys, cache, src) -> None:
+    """--rpc: GGML_RPC=ON and the ggml-rpc-server target, so another build id; without it neither."""
+    plain = _dry(capsys, src, *PORTABLE)
+    rpc = _dry(capsys, src, "--rpc", *PORTABLE)
+    assert "-DGGML_RPC=ON" in rpc["configure"] and not any("GGML_RPC" in a for a in plain["configure"])
+    assert rpc["compile"][-3:] == ["llama-server", "llama-bench", "ggml-rpc-server"]
+    assert plain["compile"][-2:] == ["llama-server", "llama-bench"] and "ggml-rpc-server" not in plain["compile"]
+    options = cmake_options("cpu", commit=COMMIT, cpu_isa="portable", rpc=True)
+    assert rpc["build_id"] == build_id(COMMIT, "cpu", options, ["llama-server", "llama-bench", "ggml-rpc-server"])
+    assert rpc["build_id"] != plain["build_id"] and rpc["prefix"] != plain["prefix"]
+    again = _dry(capsys, src, "--rpc", "--targets", "llama-server", "ggml-rpc-server", *PORTABLE)
+    assert again["compile"][-2:] == ["llama-server", "ggml-rpc-server"]  # named once
+
+
+def test_the_role_builds_installs_and_ids_rpc_like_the_command(capsys, cache, src) -> None:
+    """The role's preflight (llama_cpp_rpc: the options, the targets, the build id), rendered as Ansible would, gives
+    the command's --rpc build; the install copies every built target, ggml-rpc-server among them, into <prefix>/bin."""
+    filters = _plugin_filters()
+    env = NativeEnvironment()
+    env.filters.update(filters)
+    env.filters["bool"] = lambda v: v is True or str(v).strip().lower() in ("true", "yes", "on", "1")
+    env.filters["combine"] = lambda a, *b: {k: v for d in (a, *b) for k, v in d.items()}
+    preflight = {t["name"]: t for t in yaml.safe_load((REPO / "roles/llama_cpp/tasks/preflight.yml").read_text())}
+    defaults = yaml.safe_load((REPO / "roles/llama_cpp/defaults/main.yml").read_text())
+    assert defaults["llama_cpp_rpc"] is False
+    role_vars: dict[str, Any] = {
+        "llama_cpp_backend": "cpu", "llama_cpp_commit": COMMIT, "_llama_cpp_cpuinfo": {"stdout": ""},
+        "llama_cpp_cpu_isa": "portable", "llama_cpp_cuda_architectures": "90", "llama_cpp_hip_targets": "gfx90a",
+        "_llama_cpp_cuda_driver": {}, "_llama_cpp_vulkan_include": "", "llama_cpp_extra_cmake_options": {},
+        "llama_cpp_targets": ["llama-server", "llama-bench"]}
+
+    def fact(task: str, name: str, **more: Any) -> Any:
+        return env.from_string(preflight[task]["ansible.builtin.set_fact"][name]).render(**role_vars, **more)
+
+    for rpc, argv in ((False, []), ("true", ["--rpc"])):  # a templated setting arrives as text
+        plan = _dry(capsys, src, *argv, *PORTABLE)
+        role_vars["llama_cpp_rpc"] = rpc
+        options = fact("Compute CMake options (specops.buildopts, shared with the tests)", "llama_cpp_cmake_options")
+        targets = fact("Targets to build and install", "llama_cpp_build_targets")
+        assert targets == plan["compile"][plan["compile"].index("--target") + 1:]
+        assert fact("Compute the build id and paths", "llama_cpp_build_id", llama_cpp_cmake_options=options,
+                    llama_cpp_build_targets=targets) == plan["build_id"]
+    build = {t["name"]: t for t in yaml.safe_load((REPO / "roles/llama_cpp/tasks/build.yml").read_text())[0]["block"]}
+    install = build["Install the binaries"]
+    assert install["loop"] == "{{ llama_cpp_build_targets }}"
+    assert install["ansible.builtin.copy"]["dest"] == "{{ llama_cpp_prefix }}/bin/{{ item }}"
+    assert "'targets': llama_cpp_build_targets" in (REPO / "roles/llama_cpp/templates/build-info.json.j2").read_text()
 
 
 @pytest.mark.parametrize("argv,needle", [

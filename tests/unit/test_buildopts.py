@@ -1,6 +1,14 @@
 import pytest
 
-from specops.buildopts import BuildOptionError, build_id, cmake_args, cmake_options, isa_options
+from specops.buildopts import (
+    RPC_SERVER_TARGET,
+    BuildOptionError,
+    build_id,
+    build_targets,
+    cmake_args,
+    cmake_options,
+    isa_options,
+)
 
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 EPYC = "flags : fpu sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c bmi1 avx2 bmi2"
@@ -60,3 +68,28 @@ def test_build_id_is_stable_and_sensitive():
 
 def test_extra_options_win():
     assert cmake_options("cpu", commit=COMMIT, extra={"GGML_NATIVE": "ON"})["GGML_NATIVE"] == "ON"
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda", "vulkan"])
+def test_rpc_adds_the_backend_and_the_server_target(backend):
+    plain = cmake_options(backend, commit=COMMIT, cpu_flags=EPYC)
+    rpc = cmake_options(backend, commit=COMMIT, cpu_flags=EPYC, rpc=True)
+    assert "GGML_RPC" not in plain and "-DGGML_RPC=ON" in cmake_args(rpc)
+    assert {k: v for k, v in rpc.items() if k != "GGML_RPC"} == plain
+    targets = ["llama-server", "llama-bench"]
+    assert build_targets(targets) == targets == build_targets(targets, rpc=False)
+    assert build_targets(targets, rpc=True) == ["llama-server", "llama-bench", RPC_SERVER_TARGET] == [
+        "llama-server", "llama-bench", "ggml-rpc-server"]
+    assert build_targets([*targets, RPC_SERVER_TARGET], rpc=True).count(RPC_SERVER_TARGET) == 1
+
+
+def test_rpc_changes_the_build_id_only_when_on():
+    targets = ["llama-server", "llama-bench"]
+    before = build_id(COMMIT, "cpu", cmake_options("cpu", commit=COMMIT, cpu_flags=EPYC), targets)
+    off = build_id(COMMIT, "cpu", cmake_options("cpu", commit=COMMIT, cpu_flags=EPYC, rpc=False),
+                   build_targets(targets, rpc=False))
+    on = build_id(COMMIT, "cpu", cmake_options("cpu", commit=COMMIT, cpu_flags=EPYC, rpc=True),
+                  build_targets(targets, rpc=True))
+    assert off == before and on != before and on.startswith("0c1e57098-cpu-")
+    # the extra options still win: GGML_RPC=OFF there builds no RPC backend
+    assert cmake_options("cpu", commit=COMMIT, rpc=True, extra={"GGML_RPC": "OFF"})["GGML_RPC"] == "OFF"

@@ -27,6 +27,7 @@ from specops.fit import (
     measure_memory,
     parse_device_mib,
 )
+from specops.fitdevices import pipeline_copies_bytes, pipeline_parallel
 from specops.ggufmeta import read
 from specops.knobs import knob
 from tests.unit.synthgguf import write_gguf
@@ -104,8 +105,12 @@ def test_each_device_holds_its_layers_their_kv_the_output_layer_and_the_runtime(
     assert cuda0.get("target output layer") == 0 and cuda1.get("target output layer") == 1000 * MIB
     per_layer_kv = TARGET.kv_bytes(CELLS, "f16", "q8_0", [0])
     assert cuda0.get("target KV cache") == 41 * per_layer_kv and cuda1.get("target KV cache") == 39 * per_layer_kv
+    # each device's one-device compute estimate and, under pipeline parallelism (every layer offloaded over two
+    # devices), the scheduler's further copies of its split's inputs: 3 KQ masks and 5 hidden states of the ubatch
     compute = TARGET.compute_bytes(CELLS, 512, True)
-    assert cuda0.get("target compute") == cuda1.get("target compute") == compute
+    copies = 3 * 2 * 512 * CELLS + 5 * 4 * 512 * TARGET.n_embd
+    assert pipeline_copies_bytes(TARGET, CELLS, 512) == copies and pipeline_parallel(place, TARGET.n_layer)
+    assert cuda0.get("target compute") == cuda1.get("target compute") == compute + copies
     assert cuda0.get("runtime overhead") == cuda1.get("runtime overhead") == GPU_OVERHEAD
     # the draft, whole, on the one with the most room after the target: the 5090
     assert cuda0.get("draft weights") == DRAFT.gpu_weights() and cuda1.get("draft weights") == 0
@@ -122,7 +127,7 @@ def test_one_device_over_is_refused_naming_it_even_when_the_sum_fits():
 
     line = overflow_line(rows, sum(d.free for d in HOST))
     assert line is not None and "\n" not in line
-    assert line.startswith("CUDA1 (NVIDIA GeForce RTX 4090) would hold 29,614 MiB (target layers 26,500, ")
+    assert line.startswith("CUDA1 (NVIDIA GeForce RTX 4090) would hold 29,718 MiB (target layers 26,500, ")
     assert "and has 24,000 MiB free" in line and "(the sum fits, this device does not)" in line
 
 
@@ -279,3 +284,26 @@ def test_fit_reads_the_placement_from_the_profile(models, tmp_path, capsys):
     assert set(data["placement"]["chosen"]) == {"device"}  # every device listed: nothing else filled in
     assert any("nvidia-smi's order" in n for n in data["notes"])
 
+
+
+def test_pipeline_parallelism_only_where_llama_cpp_turns_it_on():
+    """More than one device holding whole layers, every layer and the output offloaded (src/llama-context.cpp at
+    0c1e57098); one device, a row split, or a layer kept on the CPU: no copies, the one-device compute alone."""
+    compute = TARGET.compute_bytes(CELLS, 512, True)
+    place, rows = fit(device="CUDA1")
+    assert not pipeline_parallel(place, TARGET.n_layer) and rows[1].get("target compute") == compute
+    place, rows = fit(tensor_split="1,1", split_mode="row")
+    assert not pipeline_parallel(place, TARGET.n_layer)
+    place, rows = fit(tensor_split="1,1", ngl="60")
+    assert not pipeline_parallel(place, TARGET.n_layer)
+    assert {r.get("target compute") for r in rows if r.get("target layers")} == {compute}
+
+
+def test_an_rpc_device_carries_no_runtime_of_this_process():
+    """An RPC device's backend lives in its ggml-rpc-server, which reports the free memory left after its own
+    context: no CUDA context is counted on it; a CUDA device beside it keeps its own."""
+    devices = [DeviceFree("RPC0", 24000 * MIB, 24000 * MIB), DeviceFree("CUDA0", 24000 * MIB, 24000 * MIB)]
+    params = FitParams(ctx_size=8192, cache_type_v="q8_0", device="RPC0,CUDA0", tensor_split="1,1")
+    _place, rows = fit_devices(TARGET, DRAFT, params, devices, CELLS)
+    assert rows[0].get("target layers") and rows[0].get("runtime overhead") == 0
+    assert rows[1].get("runtime overhead") == GPU_OVERHEAD

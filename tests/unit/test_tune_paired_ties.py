@@ -100,17 +100,38 @@ def test_a_paired_interval_wholly_below_1_keeps_the_cheaper_one_out_and_names_it
 
 
 def test_a_paired_interval_straddling_1_keeps_the_tie_and_the_cheapest_is_served() -> None:
-    """ngram-mod ÷ n8 = 0.95× [0.88, 1.03]: the data cannot tell ngram-mod slower, the tie stands and the cheaper
-    ngram-mod is served; n4, whose interval against plain decoding overlaps too, is paired wholly below n8: out."""
-    measured = [_m("ngram-mod", 1.20, 1.10, 1.31), _m("draft-n4", 1.18, 1.08, 1.29), _m("draft-n8", 1.26, 1.15, 1.38)]
+    """ngram-mod ÷ n8 = 0.96× [0.89, 1.04]: the data cannot tell ngram-mod slower and n8 is not measured more than
+    the 5% margin ahead, the tie stands and the cheaper ngram-mod is served; n4, whose interval against plain decoding
+    overlaps too, is paired wholly below n8: out."""
+    measured = [_m("ngram-mod", 1.21, 1.10, 1.31), _m("draft-n4", 1.18, 1.08, 1.29), _m("draft-n8", 1.26, 1.15, 1.38)]
     assert choose(measured).tie == ("ngram-mod", "draft-n4", "draft-n8")  # the old rule: all three overlap
-    paired = _paired({("ngram-mod", "draft-n8"): Interval(0.95, 0.88, 1.03, 12),
+    paired = _paired({("ngram-mod", "draft-n8"): Interval(0.96, 0.89, 1.04, 12),
                       ("draft-n4", "draft-n8"): Interval(0.94, 0.91, 0.97, 12)})
     choice = choose(measured, paired=paired)
     assert (choice.chosen, choice.tie) == ("ngram-mod", ("ngram-mod", "draft-n8")), choice
     assert "none is confidently slower than the best, draft-n8 1.26× [1.15, 1.38], paired in the same blocks" \
         in choice.reason, choice.reason
     assert "draft-n4 out of the tie: draft-n4 ÷ draft-n8 = 0.94× [0.91, 0.97]" in choice.reason
+
+
+@pytest.mark.parametrize(("ratio", "served"), [(0.96, "ngram-mod"), (0.953, "ngram-mod"), (0.95, "draft-n8"),
+                                                (0.90, "draft-n8")])
+def test_a_best_measured_more_than_the_margin_ahead_is_not_traded_for_the_cheaper(ratio: float, served: str) -> None:
+    """The paired interval reaches above 1 in every case (the data cannot tell ngram-mod slower), but where n8 is
+    measured more than the 5% margin ahead (ngram-mod ÷ n8 below 1 ÷ 1.05 = 0.952) the tie does not hold: what a
+    profile must gain to be worth deploying is what the dearer one is measured to gain over the cheaper."""
+    measured = [_m("ngram-mod", 1.26 * ratio, 1.10, 1.31), _m("draft-n8", 1.26, 1.15, 1.38)]
+    paired = _paired({("ngram-mod", "draft-n8"): Interval(ratio, ratio - 0.08, 1.02, 12)})
+    choice = choose(measured, paired=paired)
+    assert choice.chosen == served, choice
+    if served == "draft-n8":
+        assert choice.tie == ("draft-n8",)
+        assert (f"ngram-mod out of the tie: ngram-mod ÷ draft-n8 = {ratio:.2f}× [{ratio - 0.08:.2f}, 1.02] paired in "
+                "the same blocks, draft-n8 measured ahead by more than 5%") in choice.reason, choice.reason
+    else:
+        assert choice.tie == ("ngram-mod", "draft-n8")
+    wide = choose(measured, paired=paired, margin=0.15)  # a wider margin keeps the tie: the cheaper is served
+    assert wide.chosen == "ngram-mod", wide
 
 
 @pytest.mark.parametrize("missing", [None, Interval(0.9, None, None, 1)], ids=["never-paired", "one-task"])

@@ -23,8 +23,10 @@ from typing import Any
 from specops.buildopts import (
     BACKENDS,
     DEFAULT_CUDA_ARCHITECTURES,
+    RPC_SERVER_TARGET,
     BuildOptionError,
     build_id,
+    build_targets,
     cmake_options,
     compile_argv,
     configure_argv,
@@ -62,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="extra cmake option, wins over the computed ones (repeatable)")
     p.add_argument("--targets", nargs="+", default=list(DEFAULT_TARGETS), metavar="TARGET",
                    help=f"binaries to build and install (default {' '.join(DEFAULT_TARGETS)})")
+    p.add_argument("--rpc", action="store_true",
+                   help=f"llama.cpp's RPC backend too (GGML_RPC=ON: llama-server takes --rpc HOST:PORT) and the "
+                        f"{RPC_SERVER_TARGET} binary; it has no authentication, keep it on loopback")
     p.add_argument("--build-dir", type=Path, help="default $SPECOPS_CACHE/build/<build-id>")
     p.add_argument("--prefix", type=Path, help="default $SPECOPS_CACHE/opt/llama.cpp/<build-id>")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compile jobs (default: CPUs)")
@@ -116,8 +121,8 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
     extra = _extra(args.extra)
     commit = _commit(source, args.commit)
     options = cmake_options(args.backend, commit=commit, cpu_flags=cpu_flags_line(), cpu_isa=_isa(args.cpu_isa),
-                            cuda_architectures=args.cuda_architectures, extra=extra)
-    targets = list(dict.fromkeys(args.targets))
+                            cuda_architectures=args.cuda_architectures, extra=extra, rpc=args.rpc)
+    targets = build_targets(args.targets, args.rpc)
     bid = build_id(commit, args.backend, options, targets)
     build_dir = (args.build_dir or cache_dir() / "build" / bid).expanduser().resolve()
     prefix = (args.prefix or cache_dir() / "opt" / "llama.cpp" / bid).expanduser().resolve()

@@ -12,11 +12,21 @@ from specops.filters import refused, strings
 
 def cmake_options(backend: str, commit: str, cpu_flags: str | list[str] = "", cpu_isa: Any = "auto",
                   cuda_architectures: str = DEFAULT_CUDA_ARCHITECTURES, hip_targets: str = DEFAULT_HIP_TARGETS,
-                  extra: dict[str, Any] | None = None) -> dict[str, str]:
+                  extra: dict[str, Any] | None = None, rpc: Any = False) -> dict[str, str]:
     with refused(BuildOptionError):
         return buildopts.cmake_options(backend, commit=commit, cpu_flags=cpu_flags, cpu_isa=cpu_isa,
                                        cuda_architectures=str(cuda_architectures), hip_targets=str(hip_targets),
-                                       extra=dict(extra or {}))
+                                       extra=dict(extra or {}), rpc=_bool(rpc))
+
+
+def build_targets(targets: list[str], rpc: Any = False) -> list[str]:
+    """``llama_cpp_targets``, and ``ggml-rpc-server`` when ``llama_cpp_rpc`` is on."""
+    return buildopts.build_targets([str(t) for t in targets], _bool(rpc))
+
+
+def _bool(value: Any) -> bool:
+    """An Ansible boolean (a templated one arrives as text)."""
+    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1"))
 
 
 def build_id(options: dict[str, str], commit: str, backend: str, targets: list[str]) -> str:
@@ -46,6 +56,7 @@ def compile_argv(build_dir: str, targets: list[str], jobs: int | str) -> list[st
 FILTERS = {
     "specops_cmake_options": cmake_options,
     "specops_build_id": build_id,
+    "specops_build_targets": build_targets,
     "specops_cmake_args": cmake_args,
     "specops_configure_argv": configure_argv,
     "specops_compile_argv": compile_argv,
