@@ -69,7 +69,7 @@ SECOND_HOST = frozenset({"tests/integration/test_deploy_inputs.py", "tests/integ
 LATE_HOST = frozenset({"tests/integration/test_monitoring_systemd.py", "tests/integration/test_soak_systemd.py",
                        "tests/integration/test_labhost.py", "tests/integration/test_mtp_deploy.py",
                        "tests/integration/test_eagle3_deploy.py", "tests/integration/test_tags.py",
-                       "tests/integration/test_operator_faults.py"})
+                       "tests/integration/test_rpc_deploy.py", "tests/integration/test_operator_faults.py"})
 LATE_LAST = frozenset({"tests/integration/test_operator_faults.py"})
 LATE_GROUP = "systemd-hosts-3"
 SYSTEMD_MODULE = re.compile(r"\bpytest\.mark\.systemd\b")

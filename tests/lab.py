@@ -25,6 +25,7 @@ from pathlib import Path
 from specops.capabilities import Capabilities
 from specops.fetch import catalog, fetch
 from specops.paths import cache_dir
+from specops_lab.labhost import LAB_BUILD_VARS
 
 REPO = Path(__file__).resolve().parents[1]
 LAB_INSTALL_ROOT = cache_dir() / "lab" / "opt" / "llama.cpp"
@@ -141,8 +142,10 @@ def build_llama_cpp(*extra: str, root: Path = LAB_INSTALL_ROOT, timeout: int = 3
     LAB_INSTALL_ROOT.parent.mkdir(parents=True, exist_ok=True)
     with (LAB_INSTALL_ROOT.parent / "build.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return ansible_playbook("playbooks/build.yml", "-e", f"llama_cpp_install_root={root}", *extra,
-                                timeout=timeout)
+        # the lab hosts' inventories carry the same settings (specops_lab.labhost.LAB_BUILD_VARS: the RPC backend),
+        # so every lab deploy finds this build and compiles nothing
+        return ansible_playbook("playbooks/build.yml", "-e", f"llama_cpp_install_root={root}",
+                                "-e", json.dumps(LAB_BUILD_VARS), *extra, timeout=timeout)
 
 
 def backend_root(backend: str) -> Path:

@@ -105,6 +105,9 @@ STOP_TIMEOUT = 30.0
 class LabError(Exception):
     """Something the user has to act on; the message says what."""
 
+# the builder's settings for every lab run (the inventory's all.vars): see _write_inventory
+LAB_BUILD_VARS: dict[str, object] = {"llama_cpp_rpc": True}
+
 
 def log(msg: str) -> None:
     print(f"labhost: {msg}", file=sys.stderr, flush=True)
@@ -620,6 +623,11 @@ class LabHost:
             "    monitoring:",
             "      hosts:",
             f"        {self.name}: {{}}",
+            # every host of a run with this inventory, the builder included: the lab's one llama.cpp build carries
+            # the RPC backend and ggml-rpc-server (issue 81: two devices of one CPU machine); tests/lab.py builds
+            # the suite's with the same setting, so a lab deploy never compiles another
+            "  vars:",
+            *(f"    {k}: {yaml_str(v)}" for k, v in LAB_BUILD_VARS.items()),
             "",
         ]
         write_text(self.inventory, "\n".join(lines))

@@ -82,6 +82,15 @@ def device_names(value: object) -> tuple[str, ...]:
     return tuple(f"RPC{i}" for i, _ in enumerate(endpoints(value)))
 
 
+def remote_hosts(value: object) -> list[str]:
+    """The hosts of a ``--rpc`` value beyond loopback (the unit's IP allow list must let llama-server reach them);
+    [] when unset, when every endpoint is on this host, or for a value the first play refuses anyway."""
+    try:
+        return [e.host for e in endpoints(value) if not e.loopback]
+    except RpcError:
+        return []
+
+
 def rpc_problem(value: object, allow_remote: bool = False, var: Callable[[str], str] = lambda name: name,
                 remote_var: str = REMOTE_VAR) -> str | None:
     """The first problem with a ``--rpc`` value in one line, naming the setting as ``var`` spells the knob ``rpc``,

@@ -248,8 +248,13 @@ SIDE_BY_SIDE, ONE_AFTER_THE_OTHER = "side by side", "one after the other"
 
 def mode_from_fit(fit: Mapping[str, Any] | None) -> str:
     """Side by side when the memory fit leaves room for a plain server (the target's share of the estimate)
-    beside the speculative one, after the fit's own margin; else one after the other."""
+    beside the speculative one, after the fit's own margin; else one after the other. Always one after the other
+    on llama.cpp's RPC devices (``RPC0``): a ggml-rpc-server serves one client at a time (0c1e57098), so a second
+    llama-server waits at its ``--rpc`` until the first lets go."""
     if not fit or "breakdown" not in fit:
+        return ONE_AFTER_THE_OTHER
+    placement = fit.get("placement") or {}
+    if any(str(d).startswith("RPC") for d in [*placement.get("devices", ()), *placement.get("draft_devices", ())]):
         return ONE_AFTER_THE_OTHER
     plain = sum(float(i["mib"]) for i in fit["breakdown"]
                 if str(i["component"]).startswith("target") or i["component"] in ("runtime overhead", "prompt cache"))

@@ -152,3 +152,11 @@ def test_the_profile_refuses_a_malformed_endpoint_list_but_leaves_remote_to_the_
         ServerProfile.from_dict({"model": "/m/t.gguf", "rpc": "127.0.0.1:1,127.0.0.1:1"})
     assert ServerProfile.from_dict({"model": "/m/t.gguf", "rpc": "10.0.0.5:50052"}).rpc == "10.0.0.5:50052"
     assert rpc_problem("10.0.0.5:50052", var=lambda n: n) is not None  # the role's check refuses it by default
+
+
+def test_remote_hosts_are_the_endpoints_beyond_loopback():
+    from specops.rpc import remote_hosts
+
+    assert remote_hosts(None) == remote_hosts("") == remote_hosts(TWO) == []
+    assert remote_hosts("127.0.0.1:1,gpu-box.lan:2,10.0.0.5:3") == ["gpu-box.lan", "10.0.0.5"]
+    assert remote_hosts("not an endpoint") == []  # refused in the first play, never rendered

@@ -126,6 +126,11 @@ def test_side_by_side_only_with_room_for_a_plain_server_beside() -> None:
     assert mode_from_fit(fit) == SIDE_BY_SIDE  # 2000 + 512 + 2322 <= 6000
     assert mode_from_fit({**fit, "available_mib": 4000}) == ONE_AFTER_THE_OTHER
     assert mode_from_fit(None) == ONE_AFTER_THE_OTHER and mode_from_fit({"error": "x"}) == ONE_AFTER_THE_OTHER
+    # RPC devices serve one client at a time: room or not, the plain server waits for the service to let go
+    rpc = {**fit, "placement": {"devices": ["RPC0", "RPC1"], "draft_devices": ["RPC1"]}}
+    assert mode_from_fit(rpc) == ONE_AFTER_THE_OTHER
+    assert mode_from_fit({**fit, "placement": {"devices": ["CUDA0", "CUDA1"], "draft_devices": ["CUDA0"]}}) \
+        == SIDE_BY_SIDE
 
 
 def record(**kw: object) -> dict:

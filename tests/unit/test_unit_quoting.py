@@ -158,3 +158,23 @@ def test_cpu_quota_and_address_entries_are_checked() -> None:
                     ("10.0.0.1 any", address_prefix), ("example.com", address_prefix)):
         with pytest.raises(UnitValueError):
             fn(bad)
+
+
+@pytest.mark.parametrize(("rpc", "denied"), [(None, True), ("127.0.0.1:50052,localhost:50053", True),
+                                             ("127.0.0.1:50052,gpu-box.lan:50052", False)])
+def test_a_loopback_unit_keeps_its_rpc_devices_beyond_loopback_reachable(tmp_path, rpc, denied) -> None:
+    """A service listening on loopback is denied every other address, which would cut it off from a ggml-rpc-server
+    on another machine (llama_server_rpc with llama_server_rpc_remote): the deny list goes where an endpoint is
+    remote (a host name cannot be allowed by address), and stays for loopback endpoints."""
+    binary = tmp_path / "bin" / "llama-server"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    ROLE_VARS["llama_server_rpc"] = rpc
+    try:
+        unit = render(tmp_path, tmp_path / "models", binary, tmp_path / "key", "a", "v", "d")
+    finally:
+        ROLE_VARS["llama_server_rpc"] = None
+    text = unit.read_text()
+    assert ("IPAddressDeny=any" in text) is denied and ("IPAddressAllow=localhost" in text) is denied
+    assert complaints(unit) == []

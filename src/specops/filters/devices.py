@@ -3,7 +3,7 @@ backend's."""
 
 from __future__ import annotations
 
-from specops import devices
+from specops import devices, rpc
 
 
 def devices_argv(binary: str) -> list[str]:
@@ -12,6 +12,7 @@ def devices_argv(binary: str) -> list[str]:
 
 
 FILTERS = {
+    "specops_rpc_remote_hosts": rpc.remote_hosts,
     "specops_devices_argv": devices_argv,
     "specops_device_problem": devices.run_problem,
 }
