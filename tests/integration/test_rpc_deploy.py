@@ -121,3 +121,18 @@ def test_bad_rpc_inputs_are_refused_in_the_first_play_and_change_nothing(deploye
     assert "PLAY [Build llama.cpp" not in run.output, run.output[-3000:]
     assert (service_pid(rpchost), lab.file_sha(rpchost, f"/etc/systemd/system/{UNIT}.service")) == before
     print(f"\nREFUSED | {line}")
+
+
+def test_left_open_the_draft_goes_where_most_room_is_left_and_the_unit_pins_it(deployed: lab.PlaybookRun,
+                                                                              rpchost: Lab):
+    """llama_server_draft_device unset on two devices: llama.cpp would split the draft like the target; the fit puts
+    it on the device with the most room after the target, the deploy says so and pins it into the unit."""
+    run = deploy(rpchost, {k: v for k, v in RPC.items() if k != "llama_server_draft_device"})
+    assert run.rc == 0, run.output[-6000:]
+    said = re.search(r"placement: --device RPC0,RPC1 --tensor-split 4000,4000 --spec-draft-device (RPC[01]); "
+                     r"tensor_split: [^;]*; draft_device: the most room after the target", run.text)
+    assert said, run.text[-4000:]
+    unit = rpchost.run(["systemctl", "cat", UNIT]).stdout
+    assert f"--spec-draft-device {said.group(1)}" in unit, unit
+    assert re.search(r"answers and speculates: [1-9]\d* drafted", run.text), run.text[-3000:]
+    print(f"\nPLACED | {said.group(0)}")

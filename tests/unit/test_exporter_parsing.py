@@ -163,7 +163,8 @@ def test_the_launch_fields_are_the_knob_tables():
 
     assert process._FIELDS == {"target_model": "model", "draft_model": "draft_model", "spec_type": "spec_type",
                                "draft_n_max": "draft_n_max", "draft_n_min": "draft_n_min",
-                               "cache_ram_mib": "cache_ram_mib"}
+                               "cache_ram_mib": "cache_ram_mib", "device": "device", "draft_device": "draft_device",
+                               "tensor_split": "tensor_split"}
     assert set(process._FIELDS) == {f.name for f in fields(LaunchSettings)} - {"spec_default"}
     for field, name in process._FIELDS.items():
         k = knob(name)
@@ -186,3 +187,12 @@ def test_pid_by_cmdline_finds_a_process_by_its_port_argument():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_placement_is_read_off_the_command_line():
+    """Where the models run (issue 81): the target's devices and split, the draft's devices, in any spelling."""
+    got = parse_launch(["llama-server", "-m", "/m/t.gguf", "--rpc", "127.0.0.1:50052,127.0.0.1:50053", "-dev",
+                        "RPC0,RPC1", "-ts", "3,1", "--spec-draft-device", "RPC1"])
+    assert (got.device, got.tensor_split, got.draft_device) == ("RPC0,RPC1", "3,1", "RPC1")
+    assert parse_launch(["llama-server", "-m", "/m/t.gguf"]).device == ""
+    assert parse_launch(["llama-server", "-devd", "CUDA0"]).draft_device == "CUDA0"

@@ -78,6 +78,10 @@ def server_info_labels(s: Snapshot) -> dict[str, str]:
         "draft_n_max": known(s.launch.draft_n_max, launch_absent),
         "draft_n_min": known(s.launch.draft_n_min, launch_absent),
         "spec_source": s.known_spec_source,
+        # the placement over devices (issue 81): the target's devices and split, the draft's devices
+        "device": known(s.launch.device, launch_absent),
+        "tensor_split": known(s.launch.tensor_split, launch_absent),
+        "draft_device": known(s.launch.draft_device, launch_absent),
     }
 
 

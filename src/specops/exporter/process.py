@@ -215,6 +215,10 @@ class LaunchSettings:
     draft_n_max: str = ""
     draft_n_min: str = ""
     cache_ram_mib: str = ""  # the prompt cache bound ("" = llama.cpp's default)
+    # where the models run ("" = llama.cpp's default: every device the build finds, the draft split like the target)
+    device: str = ""
+    draft_device: str = ""
+    tensor_split: str = ""
     spec_default: bool = False
 
     @property

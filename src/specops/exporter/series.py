@@ -70,7 +70,7 @@ _WINDOW = (f"over the exporter's window ({WINDOW}s) of consecutive good passes; 
            "answers invalid counters")
 _OK_RECORD = "(only while specops_speed_gate_record_state{state=\"ok\"} is 1)"
 SERVER_INFO_LABELS = ("build_commit", "build_number", "backend", "target_model", "draft_model", "spec_type",
-                      "draft_n_max", "draft_n_min", "spec_source")
+                      "draft_n_max", "draft_n_min", "spec_source", "device", "tensor_split", "draft_device")
 TUNE_INFO_LABELS = ("chosen", "spec_type", "when", "tasks", "mix", "reused")
 SPEED_GATE_INFO_LABELS = ("verdict", "action", "serving", "spec_type", "mode", "measured_at", "build_id")
 
