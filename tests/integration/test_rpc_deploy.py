@@ -123,6 +123,21 @@ def test_bad_rpc_inputs_are_refused_in_the_first_play_and_change_nothing(deploye
     print(f"\nREFUSED | {line}")
 
 
+def test_a_device_too_small_for_its_share_is_refused_naming_it_before_anything_changes(deployed: lab.PlaybookRun,
+                                                                                     rpchost: Lab):
+    """Together the two devices hold the pair many times over; RPC1, given 150 MiB, cannot hold the draft and its
+    half of the target: the preflight's fit refuses in one line naming RPC1, and the running service is untouched."""
+    before = (service_pid(rpchost), lab.file_sha(rpchost, f"/etc/systemd/system/{UNIT}.service"))
+    run = deploy(rpchost, {**RPC, "specops_fit_device_mib": "RPC0=4000,RPC1=150"})
+    assert run.rc != 0
+    line = lab.refusal_line(run.text, "result: DOES NOT FIT: RPC1 would hold")
+    assert "memory estimate" not in line, line  # the one result line, not the whole report
+    assert "has 150 MiB free" in line and "the sum fits, this device does not" in line, line
+    assert "PLAY [Deploy the speculative service]" not in run.output, run.output[-3000:]
+    assert (service_pid(rpchost), lab.file_sha(rpchost, f"/etc/systemd/system/{UNIT}.service")) == before
+    print(f"\nREFUSED | {line}")
+
+
 def test_left_open_the_draft_goes_where_most_room_is_left_and_the_unit_pins_it(deployed: lab.PlaybookRun,
                                                                               rpchost: Lab):
     """llama_server_draft_device unset on two devices: llama.cpp would split the draft like the target; the fit puts
