@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from specops.devices import parse_list_devices
 
 PORTS = (50052, 50053)
 # the flags both llama-server and specops fit take: the service's own cache types (f16/q8_0 needs flash attention)
@@ -101,6 +104,16 @@ def rpc_servers(prefix: Path, ports: Sequence[int] = PORTS) -> Iterator[str]:
     procs = [subprocess.Popen([str(prefix / "bin" / "ggml-rpc-server"), "--host", "127.0.0.1", "--port", str(p)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
     try:
+        deadline = time.monotonic() + 30
+        for port in ports:  # listening before llama-server's --rpc connects (it gives up at once)
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"ggml-rpc-server on 127.0.0.1:{port} not listening after 30 s") from None
+                    time.sleep(0.2)
         yield ",".join(f"127.0.0.1:{p}" for p in ports)
     finally:
         for proc in procs:
@@ -114,10 +127,10 @@ def free_mib(prefix: Path, rpc: str) -> str:
     its server reports it)."""
     out = subprocess.run([str(prefix / "bin" / "llama-server"), "--rpc", rpc, "--list-devices"], capture_output=True,
                          text=True, check=False, timeout=120)
-    found = re.findall(r"^\s*(RPC\d+): \S+ \((\d+) MiB, (\d+) MiB free\)", out.stdout + out.stderr, re.M)
+    found = [d for d in parse_list_devices(out.stdout + out.stderr) if d.name.startswith("RPC")]
     if len(found) != len(rpc.split(",")):
         raise RuntimeError(f"llama-server --rpc {rpc} --list-devices listed {found}: {out.stderr.strip()[-500:]}")
-    return ",".join(f"{name}={free}" for name, _, free in found)
+    return ",".join(f"{d.name}={d.free_mib}" for d in found)
 
 
 def load_log(prefix: Path, target: Path, draft: Path, rpc: str, args: Sequence[str], port: int,

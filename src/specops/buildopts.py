@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from specops.knobs import knob
 
@@ -144,6 +144,12 @@ def cmake_options(
     # Extra options win, including GGML_NATIVE=ON for those who explicitly ask for it.
     opts.update({str(k): str(v) for k, v in (extra or {}).items()})
     return dict(sorted(opts.items()))
+
+
+def has_rpc(options: Mapping[str, object]) -> bool:
+    """Does a build with these cmake ``options`` (as :func:`cmake_options` gives them, or the extra options laid over
+    ``{"GGML_RPC": "ON"}`` where ``rpc`` is asked) carry the RPC backend?"""
+    return str(options.get(RPC_OPTION, "OFF")).strip().upper() in ("ON", "1", "TRUE", "YES")
 
 
 def build_targets(targets: Sequence[str], rpc: bool = False) -> list[str]:

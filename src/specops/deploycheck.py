@@ -38,7 +38,7 @@ __all__ = [
     "BUILD_RPC", "DRAFT_VARS", "EXECUTABLE_ROOTS", "LISTED", "PATHS", "PLACEMENT_VARS", "PORTS", "RANGES",
     "RPC_REMOTE_VAR", "RPC_VAR", "SERVICE_USER",
     "SIZES", "SPEC_TYPE_VAR", "TABBY_UNIT_STATE_ROOT", "TEXT", "check_host", "check_inputs", "check_tabbyapi_host",
-    "check_tabbyapi_inputs", "is_loopback", "verify_problems"
+    "check_tabbyapi_inputs", "is_loopback", "truthy", "verify_problems"
 ]
 
 _INT = re.compile(r"[+-]?\d+\Z")
@@ -112,7 +112,8 @@ SPEC_TYPE_VAR = knob("spec_type").role_var
 DRAFT_VARS = ("specops_models_draft", "llama_server_draft_model")
 
 
-def _true(value: Any) -> bool:
+def truthy(value: Any) -> bool:
+    """An Ansible boolean as the roles hand it over (True, or its text: true, yes, on, 1, y, t)."""
     return value is True or (isinstance(value, str) and value.strip().lower() in _TRUE)
 
 
@@ -134,12 +135,12 @@ def _exposure_problems(values: dict[str, Any], problems: list[str]) -> list[str]
     host = values.get("llama_server_host")
     if (isinstance(host, str) and host and "llama_server_host" not in reported and not is_loopback(host)
             and not values.get("llama_server_api_key_file")
-            and not _true(values.get("llama_server_allow_public_unauthenticated"))):
+            and not truthy(values.get("llama_server_allow_public_unauthenticated"))):
         found.append(f"llama_server_host={host!r}: listens beyond loopback and no llama_server_api_key_file is set, "
                      "so anyone who reaches the port can use the model; set llama_server_api_key_file (a root-only "
                      "file, one key per line), listen on 127.0.0.1 behind a proxy, or set "
                      "llama_server_allow_public_unauthenticated: true to accept that")
-    if _true(values.get("llama_server_bind_privileged_port")):
+    if truthy(values.get("llama_server_bind_privileged_port")):
         return found
     for name in PORTS:
         port = values.get(name)
@@ -284,10 +285,10 @@ def _rpc_problems(values: dict[str, Any], problems: list[str]) -> list[str]:
     value = values.get(RPC_VAR)
     if value is None or value == "" or RPC_VAR in reported or RPC_REMOTE_VAR in reported:
         return []
-    problem = rpc_problem(value, allow_remote=_true(values.get(RPC_REMOTE_VAR)), var=lambda name: knob(name).role_var)
+    problem = rpc_problem(value, allow_remote=truthy(values.get(RPC_REMOTE_VAR)), var=lambda name: knob(name).role_var)
     if problem:
         return [problem]
-    if BUILD_RPC in values and not _true(values.get(BUILD_RPC)):
+    if BUILD_RPC in values and not truthy(values.get(BUILD_RPC)):
         return [f"{RPC_VAR}={value!r}: the builder's llama.cpp has no RPC backend ({BUILD_RPC} is false), so "
                 "llama-server would stop with \"RPC not supported in this build\"; set llama_cpp_rpc: true for the "
                 f"llama_builders host (it also builds ggml-rpc-server), or unset {RPC_VAR}"]

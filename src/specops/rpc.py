@@ -32,7 +32,7 @@ EXAMPLE = f"127.0.0.1:{DEFAULT_PORT},127.0.0.1:{DEFAULT_PORT + 1}"
 class Endpoint:
     host: str
     port: int
-    text: str  # as given: llama.cpp names the devices after it
+    text: str  # as given: llama.cpp's load log names the buffers after it
 
     @property
     def loopback(self) -> bool:
@@ -43,10 +43,6 @@ class Endpoint:
             return ipaddress.IPv4Address(self.host).is_loopback
         except ValueError:
             return False
-
-    def buffer_name(self, index: int = 0) -> str:
-        """The name llama-server's load log gives the server's ``index``-th device: ``RPC0[127.0.0.1:50052]``."""
-        return f"RPC{index}[{self.text}]"
 
 
 class RpcError(ValueError):

@@ -93,3 +93,13 @@ def test_rpc_changes_the_build_id_only_when_on():
     assert off == before and on != before and on.startswith("0c1e57098-cpu-")
     # the extra options still win: GGML_RPC=OFF there builds no RPC backend
     assert cmake_options("cpu", commit=COMMIT, rpc=True, extra={"GGML_RPC": "OFF"})["GGML_RPC"] == "OFF"
+
+
+def test_has_rpc_reads_ggml_rpc_as_the_build_does():
+    """One reading for the role's result and the first play's check: the extra options win over llama_cpp_rpc."""
+    from specops.buildopts import has_rpc
+
+    assert has_rpc(cmake_options("cpu", commit=COMMIT, rpc=True))
+    assert not has_rpc(cmake_options("cpu", commit=COMMIT))
+    assert has_rpc({"GGML_RPC": "on"}) and has_rpc({"GGML_RPC": 1}) and not has_rpc({"GGML_RPC": "OFF"})
+    assert not has_rpc(cmake_options("cpu", commit=COMMIT, rpc=True, extra={"GGML_RPC": "OFF"}))

@@ -7,6 +7,7 @@ from typing import Any
 
 from specops import buildopts
 from specops.buildopts import DEFAULT_CUDA_ARCHITECTURES, DEFAULT_HIP_TARGETS, BuildOptionError
+from specops.deploycheck import truthy
 from specops.filters import refused, strings
 
 
@@ -16,17 +17,12 @@ def cmake_options(backend: str, commit: str, cpu_flags: str | list[str] = "", cp
     with refused(BuildOptionError):
         return buildopts.cmake_options(backend, commit=commit, cpu_flags=cpu_flags, cpu_isa=cpu_isa,
                                        cuda_architectures=str(cuda_architectures), hip_targets=str(hip_targets),
-                                       extra=dict(extra or {}), rpc=_bool(rpc))
+                                       extra=dict(extra or {}), rpc=truthy(rpc))
 
 
 def build_targets(targets: list[str], rpc: Any = False) -> list[str]:
     """``llama_cpp_targets``, and ``ggml-rpc-server`` when ``llama_cpp_rpc`` is on."""
-    return buildopts.build_targets([str(t) for t in targets], _bool(rpc))
-
-
-def _bool(value: Any) -> bool:
-    """An Ansible boolean (a templated one arrives as text)."""
-    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1"))
+    return buildopts.build_targets([str(t) for t in targets], truthy(rpc))
 
 
 def build_id(options: dict[str, str], commit: str, backend: str, targets: list[str]) -> str:
@@ -54,6 +50,7 @@ def compile_argv(build_dir: str, targets: list[str], jobs: int | str) -> list[st
 
 
 FILTERS = {
+    "specops_build_has_rpc": buildopts.has_rpc,
     "specops_cmake_options": cmake_options,
     "specops_build_id": build_id,
     "specops_build_targets": build_targets,
