@@ -1,8 +1,9 @@
 """One error budget for the whole tune (issue 79 items 1 and 3): every look of the measurement and the final choice
-read "confidently faster" on one boundary, the run's one-sided 2.5% split over the candidates measured (Bonferroni)
-and spent over the looks on an O'Brien–Fleming boundary in the information fraction (tasks measured ÷ the cap:
-strict early, the last look, the final choice, at 0.4 of the candidate's share); the whole figure's faster stop reads
-it whatever ``stop_on`` says; and the whole figure's interval takes Satterthwaite's degrees of freedom where the
+read "confidently faster" on one boundary, the run's one-sided 2.5% shared over the candidates measured (the first in
+the tune's order 70%, the rest evenly; a candidate shown to pay passes its share on: Bretz et al.'s graphical
+procedure) and spent over the looks on an O'Brien–Fleming boundary in the information fraction (tasks measured ÷ the
+cap: strict early, the last look, the final choice, at 0.4 of the candidate's share); the whole figure's faster stop
+reads it whatever ``stop_on`` says; and the whole figure's interval takes Satterthwaite's degrees of freedom where the
 workloads carry few. What the budget holds is measured by scripts/sim-error-budget (docs/measurements.md,
 2026-12-07)."""
 
@@ -21,10 +22,19 @@ from specops.bench.design import (
     Design,
     at_level,
     deployable,
-    look_level,
 )
 from specops.bench.stats import Interval, t_quantile
-from specops.bench.verdict import ALPHA, FINAL, NORMAL, SHAPE
+from specops.bench.verdict import (
+    ALPHA,
+    FINAL,
+    FIRST,
+    NORMAL,
+    SHAPE,
+    budget_shares,
+    look_level,
+    recycled,
+    shown_to_pay,
+)
 
 pytestmark = pytest.mark.fast
 
@@ -38,12 +48,43 @@ def tune(arms: list[str], reserve: tuple[str, ...] = ()) -> Design:
                   reserve=reserve)
 
 
-def test_the_level_a_look_reads_splits_the_runs_error_over_the_candidates() -> None:
-    assert (ALPHA, FINAL, SHAPE) == (0.025, 0.4, 0.0)
+def test_the_level_a_look_reads_is_the_candidates_share_of_the_runs_error() -> None:
+    assert (ALPHA, FINAL, SHAPE, FIRST) == (0.025, 0.4, 0.0, 0.7)
     assert look_level(1) == pytest.approx(0.98)  # the last look: a tail of 1%
-    assert look_level(2) == pytest.approx(0.99)
-    assert look_level(3) == pytest.approx(1 - 2 * 0.025 * 0.4 / 3)
-    assert look_level(0) == look_level(1) == look_level(1, 1.0) == look_level(1, 1.5)
+    assert look_level(0.5) == pytest.approx(0.99)
+    assert look_level(1 / 3) == pytest.approx(1 - 2 * 0.025 * 0.4 / 3)
+    assert look_level() == look_level(1) == look_level(1, 1.0) == look_level(1, 1.5)
+    for bad in (0, -0.1, 3):  # a count of candidates where a share belongs is refused, not read as a share
+        with pytest.raises(ValueError, match="share of the error budget"):
+            look_level(bad)
+
+
+def test_the_shares_follow_the_tunes_order_and_sum_to_the_whole_budget() -> None:
+    assert budget_shares([MOD]) == {MOD: 1.0} and budget_shares([]) == {}
+    assert budget_shares([MOD, SIMPLE]) == pytest.approx({MOD: 0.7, SIMPLE: 0.3})
+    three = budget_shares([SIMPLE, MOD, MAPK])
+    assert three == pytest.approx({SIMPLE: 0.7, MOD: 0.15, MAPK: 0.15}) and sum(three.values()) == pytest.approx(1)
+    assert budget_shares([MOD, SIMPLE, MAPK], first=1 / 3) == pytest.approx(dict.fromkeys((MOD, SIMPLE, MAPK), 1 / 3))
+
+
+def test_a_candidate_shown_to_pay_passes_its_share_on_evenly_whatever_the_order() -> None:
+    """The complete graph with equal transitions (Bretz et al. 2009): what the shown held goes evenly to the others;
+    shown in either order, the same shares."""
+    shares = budget_shares([MOD, SIMPLE, MAPK])
+    assert recycled(shares, [MOD]) == pytest.approx({MOD: 0.7, SIMPLE: 0.5, MAPK: 0.5})
+    assert recycled(shares, [SIMPLE]) == pytest.approx({MOD: 0.775, SIMPLE: 0.15, MAPK: 0.225})
+    assert recycled(shares, [SIMPLE, MAPK])[MOD] == pytest.approx(1.0)
+    assert recycled(shares, [MOD, SIMPLE, MAPK]) == shares
+
+
+def test_the_graph_reads_again_at_the_larger_share_until_none_more_pays() -> None:
+    """n8 clears 1 at its own 15% share only after ngram-mod, shown at 70%, passed its share on (50% then); map-k
+    clears nothing. Without the passing on n8 would stay unshown: a plain Bonferroni split."""
+    shares = budget_shares([MOD, "exact-n8", MAPK])
+    need = {MOD: look_level(0.7), "exact-n8": look_level(0.5), MAPK: 0.0}  # the level each clears, at most
+    shown = shown_to_pay(shares, lambda n, lvl: lvl <= need[n] + 1e-12)
+    assert shown == pytest.approx({MOD: 0.7, "exact-n8": 0.5})
+    assert not need["exact-n8"] >= look_level(0.15)  # at its own share it would not have been shown
 
 
 def test_the_looks_follow_obrien_flemings_boundary_in_the_information_fraction() -> None:
@@ -52,8 +93,8 @@ def test_the_looks_follow_obrien_flemings_boundary_in_the_information_fraction()
     z_end = NORMAL.inv_cdf(0.99)
     assert look_level(1, 0.25) == pytest.approx(1 - 2 * NORMAL.cdf(-2 * z_end))
     fractions = [i / 24 for i in range(8, 25)]  # the CPU 70/30 tune's looks: 8 of 24 tasks to all 24
-    levels = [look_level(3, f) for f in fractions]
-    assert levels == sorted(levels, reverse=True) and levels[-1] == pytest.approx(look_level(3))
+    levels = [look_level(1 / 3, f) for f in fractions]
+    assert levels == sorted(levels, reverse=True) and levels[-1] == pytest.approx(look_level(1 / 3))
     assert look_level(1, 1e-9) == pytest.approx(1 - 2 * NORMAL.cdf(-6.0)) and look_level(1, 1e-9) < 1
 
 
@@ -112,13 +153,27 @@ def test_the_whole_figures_faster_stop_reads_the_budget_whatever_stop_on_says() 
 
 
 def test_the_candidates_counted_are_every_one_the_measurement_may_measure() -> None:
-    """Three candidates measured from the start: each at 99.33% at the last look. One shortlisted and two held back:
-    three from the start too (a gain stopped as faster must be served at the end, after the held-back types were
-    brought in); the final choice counts the candidates it is given, never more."""
-    assert tune([MOD, SIMPLE, MAPK]).serve_level() == pytest.approx(look_level(3))
+    """Three candidates measured from the start: the first at 70% of the budget (98.6% at the last look), the others
+    at 15% each (99.7%). One shortlisted and two held back: three from the start too (a gain stopped as faster must be
+    served at the end, after the held-back types were brought in); the final choice counts the candidates it is given,
+    never more."""
+    d = tune([MOD, SIMPLE, MAPK])
+    assert d.serve_level() == d.serve_level(1.0, MOD) == pytest.approx(look_level(0.7)) == pytest.approx(0.986)
+    assert d.serve_level(1.0, SIMPLE) == d.serve_level(1.0, MAPK) == pytest.approx(look_level(0.15))
     d = tune([MOD, SIMPLE, MAPK], reserve=(SIMPLE, MAPK))
     assert d.running() == [MOD] and d.candidates() == [MOD, SIMPLE, MAPK]
-    assert d.serve_level() == pytest.approx(look_level(3))
+    assert d.serve_level(1.0, MOD) == pytest.approx(look_level(0.7))
+
+
+def test_an_arm_stopped_faster_on_the_whole_passes_its_share_to_the_others_looks() -> None:
+    """Maurer and Bretz's graph over group-sequential looks: once the first candidate's whole figure stops as faster,
+    the two others read their looks at half the budget each (0.15 + 0.7 / 2), not 15%."""
+    d = tune([MOD, SIMPLE, MAPK])
+    before = d.serve_level(0.5, SIMPLE)
+    for st in d.status[MOD].values():
+        st.stopped = f"{FASTER} on the whole"
+    assert d.serve_level(0.5, SIMPLE) == pytest.approx(look_level(0.5, 0.5)) and d.serve_level(0.5, SIMPLE) < before
+    assert d.serve_level(1.0, MAPK) == pytest.approx(look_level(0.5))
 
 
 def plain(ratios: dict[str, list[float]]) -> dict[str, list[tuple[float, float]]]:

@@ -13,8 +13,8 @@ import pytest
 
 from specops import kinds
 from specops.bench import weighted
-from specops.bench.design import look_level
 from specops.bench.stats import Interval, geomean_ratio_ci, stdev, t_quantile
+from specops.bench.verdict import look_level
 from specops.tune import decide
 from specops.tune.decide import Measured, choose
 from specops.tune.evidence import Blocks
@@ -62,7 +62,8 @@ def _audit_blocks(n: int = 12) -> list[dict[str, object]]:
 def test_the_audits_case_serves_the_candidate_the_paired_ratio_puts_ahead(mix: dict[str, float] | None) -> None:
     """Overlapping intervals against plain decoding (ngram-mod [1.01, 1.15], n8 [1.12, 1.51]) made a tie, and the
     cheaper ngram-mod was served; n8 ÷ ngram-mod paired in the same blocks is 1.20× [1.05, 1.37]: n8 is served (read
-    at the figures' 95%). At the run's error budget (issue 79 item 1: two candidates, the last look's 99%) n8's 12
+    at the figures' 95%). At the run's error budget (issue 79 item 1: two candidates, n8 the second in order with 30% of
+    the budget, the last look's 99.4%; ngram-mod, not confidently faster at its 98.6%, passes nothing on) n8's 12
     tasks make it confidently faster and n8 is served, ngram-mod paired out of the tie (under the budget's first form,
     Pocock's 99.825% at every look, they did not: plain decoding, undecided); on 16 tasks too."""
     blocks = Blocks(_audit_blocks())
@@ -79,7 +80,7 @@ def test_the_audits_case_serves_the_candidate_the_paired_ratio_puts_ahead(mix: d
     assert "exact-ngram-mod out of the tie: exact-ngram-mod ÷ exact-n8 = 0.8" in choice.reason, choice.reason
     assert "paired in the same blocks" in choice.reason
     budget = blocks.decide(names, PLAIN_REF, need_identical=False, mix=mix)
-    assert budget.chosen == "exact-n8" and budget.level == pytest.approx(0.99) and budget.tie == ("exact-n8",), budget
+    assert budget.chosen == "exact-n8" and budget.level == pytest.approx(0.994) and budget.tie == ("exact-n8",), budget
     assert "exact-ngram-mod out of the tie: exact-ngram-mod ÷ exact-n8 = 0.8" in budget.reason, budget.reason
     longer = Blocks(_audit_blocks(16)).decide(names, PLAIN_REF, need_identical=False, mix=mix)
     assert longer.chosen == "exact-n8" and longer.tie == ("exact-n8",), longer

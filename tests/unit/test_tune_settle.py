@@ -15,8 +15,8 @@ import pytest
 
 from specops import kinds
 from specops.bench.arms import BASELINE
-from specops.bench.design import at_level, look_level
 from specops.bench.stats import Interval, geomean_ratio_ci
+from specops.bench.verdict import at_level, look_level
 from specops.tune import choose, decide, evidence, rule
 
 pytestmark = pytest.mark.fast

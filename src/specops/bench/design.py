@@ -29,11 +29,11 @@ workload's share times its spread, planned again after every block) instead of t
 the **whole figure** (the shares' speedup weighted by time, :mod:`specops.bench.weighted`), not at one workload: an
 arm stops everywhere once that figure is *slower* or *no gain* at ``whole_level`` (99% by default: the looks after
 every block would otherwise stop a true 5% gain for futility far more often than 2.5%), where ``stop_on`` allows
-them, or *faster* at the **error budget**'s boundary whatever ``stop_on`` says (:func:`look_level`, issue 79): over
+them, or *faster* at the **error budget**'s boundary whatever ``stop_on`` says (:func:`arm_level`, issue 79): over
 the whole run, every look and the final choice included, a candidate whose true speedup is 1.00 is served at most
-2.5% of the time, one-sided: split evenly over the candidates (Bonferroni; every one the measurement may measure,
-held-back ones included), each candidate's share spent on an O'Brien–Fleming boundary in the tasks measured ÷ the
-cap (strict early, most kept for the last look, the level the final choice reads: :func:`specops.tune.decide.choose`).
+2.5% of the time, one-sided: shared over the candidates in their order (held-back ones included; the first 70%, the
+rest evenly; one stopped *faster* passes its share on: Bretz et al.'s graph), each candidate's share spent on an
+O'Brien–Fleming boundary in the tasks measured ÷ the cap (strict early, most kept for the last look: the choice's).
 The futility stops can only leave plain decoding served, so they spend none of it. The measurement ends when every
 arm is decided, so a tune ends when it has decided, not when its budget does.
 
@@ -53,7 +53,7 @@ from specops.bench import allocate
 from specops.bench.arms import AA, BASELINE
 from specops.bench.estimates import Estimates
 from specops.bench.stats import Interval
-from specops.bench.verdict import FASTER, NO_GAIN, SLOWER, at_level, conclusion, deployable, look_level, rel_half_width
+from specops.bench.verdict import FASTER, NO_GAIN, SLOWER, arm_level, at_level, conclusion, deployable, rel_half_width
 
 PRECISE = "precise"  # a stop, not a conclusion: the interval is narrow enough, whichever side of 1 it lies
 DIFFERS = "output differs"  # under rule 'identical': disqualified whatever its speed
@@ -98,7 +98,7 @@ class Design(Estimates):
     tasks are used up (default all; :data:`FUTILITY` for a choice that must not stop on a gain that first looks
     confident); *output differs* (``identity_stop``) is not one of them and always stops. With ``shares`` the whole
     figure stops for futility at ``whole_level`` and as *faster* at ``serve_level`` (None: the run's error budget,
-    :func:`look_level` over the candidates measured), whatever ``stop_on`` says of *faster*: that boundary is the one
+    :func:`arm_level` over the candidates measured), whatever ``stop_on`` says of *faster*: that boundary is the one
     the final choice reads too.
     """
 
@@ -276,18 +276,17 @@ class Design(Estimates):
                     st.stopped = "reference no longer needed"
 
     def candidates(self) -> list[str]:
-        """The candidates the error budget is split over: every arm but identity references, the held-back ones
-        included from the start. Counted as they were brought in, a gain stopped as *faster* before the next type
-        came in would be chosen at a stricter level than it stopped at (one candidate held back then brought in: a
-        true 1.20 stopped and then not served in a quarter of the runs); the final choice counts the candidates it is
-        given (those measured), never more than these, so it never reads stricter than the looks did."""
+        """The candidates the error budget is shared over, in order: every arm but identity references, the held-back
+        ones from the start (counted as they came in, a gain stopped as *faster* would be chosen at a stricter level
+        than it stopped at: a true 1.20 not served in a quarter of the runs); the final choice shares it over those
+        measured, in the same order, so it never reads stricter than the looks did."""
         return [a for a in self.arms if a not in self.references]
 
-    def serve_level(self, fraction: float = 1.0) -> float:
-        """The level of the whole figure's *faster* stop at information ``fraction`` (tasks measured ÷ the cap): the one
-        given, else the run's error budget (:func:`look_level` over :meth:`candidates`, O'Brien–Fleming's boundary);
-        at 1, the last look, the level the tune's final choice reads as well."""
-        return self._serve_level if self._serve_level is not None else look_level(len(self.candidates()), fraction)
+    def serve_level(self, fraction: float = 1.0, arm: str | None = None) -> float:
+        """``arm``'s *faster* stop's level at information ``fraction`` (tasks measured ÷ the cap): the one given, else
+        the error budget's (:func:`arm_level` over :meth:`candidates`, those stopped *faster* passing shares on)."""
+        shown = [a for a in self.arms if f"{FASTER} {WHOLE}" in {st.stopped for st in self.status[a].values()}]
+        return self._serve_level or arm_level(self.candidates(), shown, arm, fraction)  # a level is never 0
 
     def _decide_whole(self) -> None:
         """With shares: an arm whose output differed anywhere stops everywhere (the identity rule can never pick
@@ -309,8 +308,8 @@ class Design(Estimates):
             if iv is None or not iv.has_ci:
                 continue
             fraction = sum(counts) / sum(len(self.tasks[w]) for w in self.workloads)
-            stop = self.whole_stop(iv, fraction) or (UNSETTLED if fraction >= 0.5 and not self.can_settle(arm, iv)
-                                                     else None)
+            stop = self.whole_stop(iv, fraction, arm) or (UNSETTLED if fraction >= 0.5 and not self.can_settle(arm, iv)
+                                                          else None)
             if stop is not None:
                 for st in rows.values():
                     st.stopped = st.stopped or f"{stop} {WHOLE}"
@@ -357,7 +356,7 @@ class Design(Estimates):
         reads them? A figure that cannot is *unsettled*: more blocks cannot change the answer (plain decoding,
         undecided), so the measurement ends and says what would settle it (a 2-core CPU tune with 12 edits in its
         task file spent 9 more prose blocks after its edits ran out). Looked at once half the tasks are in."""
-        proj, serve = self.projection(arm), self.projection(arm, self.serve_level())
+        proj, serve = self.projection(arm), self.projection(arm, self.serve_level(1.0, arm))
         if proj is None or serve is None:
             return True
         half, reach = proj
@@ -371,8 +370,8 @@ class Design(Estimates):
         return (proj is not None and iv.estimate >= 1.0 + self.half_width
                 and math.log(iv.estimate) - proj[0] > 0)
 
-    def whole_stop(self, iv: Interval, fraction: float = 1.0) -> str | None:
-        """The whole figure's stop, from its 95% interval ``iv`` at information ``fraction``: *slower*, then *no
+    def whole_stop(self, iv: Interval, fraction: float = 1.0, arm: str | None = None) -> str | None:
+        """``arm``'s whole figure's stop, from its 95% interval ``iv`` at information ``fraction``: *slower*, then *no
         gain* (confidently under 1 + ``half_width``: a 1.02x [1.005, 1.035] is faster than plain decoding but not
         worth deploying, and stops as no gain), each at ``whole_level`` and where ``stop_on`` allows it, then *faster*
         (deployable: wholly above 1 at :meth:`serve_level` of ``fraction``, the error budget's boundary, and not
@@ -383,7 +382,7 @@ class Design(Estimates):
             return SLOWER
         if futile.significantly_below(1.0 + self.half_width) and NO_GAIN in self.stop_on:
             return NO_GAIN
-        return FASTER if deployable(iv, self.half_width, self.serve_level(fraction)) else None
+        return FASTER if deployable(iv, self.half_width, self.serve_level(fraction, arm)) else None
 
     def early_stop(self, iv: Interval) -> str | None:
         """The first stop of :data:`STOPS` the interval settles that ``stop_on`` allows (None: keep running).

@@ -31,7 +31,15 @@ from specops.bench.costmodel import (
     survival,
 )
 from specops.bench.stats import Interval, t975, t_quantile
-from specops.bench.verdict import ALPHA, at_level, deployable, look_level
+from specops.bench.verdict import (
+    ALPHA,
+    at_level,
+    budget_shares,
+    deployable,
+    look_level,
+    recycled,
+    shown_to_pay,
+)
 from specops.kinds import PLAIN
 
 
@@ -326,11 +334,30 @@ def _unpaired_words(t: _Tie) -> str:
             f"plain decoding overlapping {t.best.name}'s (no paired ratio with it in the same blocks)")
 
 
-def budget_words(level: float, candidates: int) -> str:
+def budget_words(level: float, candidates: int, share: float = 1.0) -> str:
     """How the serving level was set, for the reason: ``98.00% (the run's one-sided 2.5% for serving what does not
-    pay, over 1 candidate, O'Brien–Fleming's boundary at its last look)``."""
+    pay, over 1 candidate, O'Brien–Fleming's boundary at its last look)``; with several candidates, the share of the
+    budget the level was read at (:func:`specops.bench.verdict.budget_shares`, passed on by those shown to pay)."""
+    part = "" if candidates == 1 else f", {share:.0%} of it here"
     return (f"{level:.2%} (the run's one-sided {ALPHA:.1%} for serving what does not pay, over {candidates} "
-            f"candidate{'s' if candidates != 1 else ''}, O'Brien–Fleming's boundary at its last look)")
+            f"candidate{'s' if candidates != 1 else ''}{part}, O'Brien–Fleming's boundary at its last look)")
+
+
+def serving_levels(measured: Sequence[Measured], margin: float,
+                   level: float | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """The level each of ``measured`` is read at to be served, and the share of the budget behind it: ``level``
+    for every one where given; else the run's error budget shared over them in their order
+    (:func:`specops.bench.verdict.budget_shares`), a candidate confidently faster at its share's level passing that
+    share on to the others (:func:`specops.bench.verdict.shown_to_pay`): each shown at the share it was shown at, the
+    others at theirs once no more pays."""
+    names = [m.name for m in measured]
+    if level is not None:
+        return dict.fromkeys(names, level), dict.fromkeys(names, 1.0 / max(1, len(names)))
+    given = budget_shares(names)
+    by = {m.name: m for m in measured}
+    shown = shown_to_pay(given, lambda n, lvl: deployable(by[n].speedup, margin, lvl))
+    now = {**recycled(given, shown), **shown}  # the shown at the share they were shown at
+    return {n: look_level(now[n]) for n in names}, now
 
 
 def choose(measured: Sequence[Measured], need_identical: bool = True, margin: float = 0.05,
@@ -339,11 +366,10 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     """The decision, with ties said and broken toward the cheaper profile: **one rule** for every tie member.
 
     A candidate is *deployable* when its interval lies wholly above 1 (confidently faster than plain decoding) at
-    ``level`` and not wholly below 1 + ``margin`` at 95%. ``level`` is the run's **error budget** (issue 79 item 1;
-    None: :func:`specops.bench.design.look_level` over the ``measured`` candidates at the last look): one-sided 2.5% for
-    serving a candidate whose true speedup is 1.00 or less over the whole run, split evenly over the candidates measured
-    (Bonferroni) and spent over the looks on an O'Brien–Fleming boundary (the earlier looks of the measurement stricter,
-    this choice, the last look, at the level that keeps most of the budget); the figures shown stay the 95% ones. Not
+    its serving level and not wholly below 1 + ``margin`` at 95%. The serving level is ``level`` where given, else the
+    run's **error budget** (issue 79 item 1; :func:`serving_levels`: one-sided 2.5% for serving what does not pay over
+    the whole run, shared over the ``measured`` in their order, passed on by those shown to pay, the last look of an
+    O'Brien–Fleming boundary); the figures shown stay the 95% ones. Not
     wholly below 1 + ``margin`` (it may gain what deploying it is worth: a figure confidently under that is the bench's
     *no gain*, the tune's futility stop; two runs of the same tune otherwise chose a 1.03x [1.01, 1.05] in one and plain
     decoding for a 1.00x [0.96, 1.05] in the next). The best is the fastest usable candidate (an interval, identical
@@ -367,12 +393,16 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     below 1 + margin) and *undecided* otherwise. The record keeps ``paired`` of the chosen against the runner-up.
     ``left_out``: what could not be compared at all (never in a block with plain decoding), one line each, kept in the
     record."""
-    if level is None:
-        level = look_level(len(measured))
-    budget = budget_words(level, len(measured))
+    levels, shares = serving_levels(measured, margin, level)
+
+    def at(m: Measured) -> float:
+        return levels.get(m.name, look_level())
+
+    def budget(m: Measured) -> str:
+        return budget_words(at(m), len(measured), shares.get(m.name, 1.0))
 
     def pays(m: Measured) -> bool:
-        return deployable(m.speedup, margin, level)
+        return deployable(m.speedup, margin, at(m))
 
     figures = {m.name: m.speedup.fmt() for m in measured}
     usable, left = _usable(measured, need_identical)
@@ -380,7 +410,7 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     if not usable:
         why = "; ".join(left) or "nothing measured"
         return Choice(PLAIN, None, f"no candidate could be compared with plain decoding: {why}", figures,
-                      settled=not measured, left_out=tuple(left), level=level)
+                      settled=not measured, left_out=tuple(left), level=at(measured[0]) if measured else look_level())
     first = _tie(usable, paired, margin)
     best = first.best
     ties = [first]
@@ -396,20 +426,20 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     if not eligible:
         settled = small
         word = ("nothing pays: the best candidate cannot gain " + f"{margin:.0%}" if settled
-                else f"undecided: the intervals reach both sides of plain decoding at {budget}; plain decoding is "
-                     "served until a longer measurement settles it")
+                else f"undecided: the intervals reach both sides of plain decoding at {budget(best)}; plain decoding "
+                     "is served until a longer measurement settles it")
         how = "; ".join(w for w in (*first.out, _unpaired_words(first)) if w)
         return Choice(PLAIN, best.name, f"{word} (best {best.name} {best.speedup.fmt()} against plain decoding, "
-                                        f"{best.speedup.n} tasks; {at_level(best.speedup, level).fmt()} at "
-                                        f"{level:.2%})" + (f"; {how}" if how else ""),
-                      figures, (PLAIN, *names), settled, None, tuple(left), level=level)
+                                        f"{best.speedup.n} tasks; {at_level(best.speedup, at(best)).fmt()} at "
+                                        f"{at(best):.2%})" + (f"; {how}" if how else ""),
+                      figures, (PLAIN, *names), settled, None, tuple(left), level=at(best))
     chosen = eligible[0]
     rest = [m for m in tie if m is not chosen] or [m for m in usable if m is not chosen]
     runner = max(rest, key=lambda m: m.speedup.estimate).name if rest else None
-    reason = _chosen_reason(chosen, ties, eligible, best, level, budget, margin)
+    reason = _chosen_reason(chosen, ties, eligible, best, at(chosen), budget(chosen), margin)
     pair = paired(chosen.name, runner) if paired and runner else None
     pair_text = f"{chosen.name} ÷ {runner} = {pair.fmt()} paired in the same blocks" if pair else None
-    return Choice(chosen.name, runner, reason, figures, names, True, pair_text, tuple(left), level=level)
+    return Choice(chosen.name, runner, reason, figures, names, True, pair_text, tuple(left), level=at(chosen))
 
 
 def _chosen_reason(chosen: Measured, ties: Sequence[_Tie], eligible: Sequence[Measured], best: Measured,
