@@ -94,7 +94,8 @@ def _task_args(p: argparse.ArgumentParser) -> None:
 def _arm_args(p: argparse.ArgumentParser) -> None:
     """The "arms" group of options."""
     g = p.add_argument_group("arms")
-    g.add_argument("--arms", default=D.arms, help="comma list of arm names, or 'standard' (see --list-arms)")
+    g.add_argument("--arms", default=D.arms, help="comma list of arm names, or 'standard' (see --list-arms); in "
+                   "order: the first carries 70%% of the choice's error budget, as the tune's best predicted does")
     g.add_argument("--list-arms", action="store_true", help="print the arms that would run and exit")
     g.add_argument("--plain", choices=(armsmod.PLAIN_UNIT, armsmod.PLAIN_DEFAULTS), default=D.plain,
                    help="the plain decoding every ratio is against: unit (default: speculation off with the service "
