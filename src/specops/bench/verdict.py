@@ -40,8 +40,8 @@ FINAL = 0.4
 SHAPE = 0.0
 # the first candidate's share where there are several (the tune measures its best predicted first; a CPU build holds
 # the other n-gram types back until a measured one pays): with even shares a true 1.20 among three candidates at the
-# CPU's wide edits was served in 73% of runs, 87% alone (docs/measurements.md, 2026-12-08, "shares by the tune's
-# order")
+# CPU's wide edits was served in 73% of runs, 87% alone; at 0.7 in 82.7% (one measured, two held back: 82.2%), and
+# in 61.1% where the order puts it last (docs/measurements.md, 2026-12-07, "shares by the tune's order")
 FIRST = 0.7
 # the strictest look, in standard errors (a look that early cannot serve anything; a level that rounds to 1 cannot be
 # read)
