@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specops.devices import parse_list_devices
+from specops_lab.labhost import tcp_open
 
 PORTS = (50052, 50053)
 # the flags both llama-server and specops fit take: the service's own cache types (f16/q8_0 needs flash attention)
@@ -106,14 +106,10 @@ def rpc_servers(prefix: Path, ports: Sequence[int] = PORTS) -> Iterator[str]:
     try:
         deadline = time.monotonic() + 30
         for port in ports:  # listening before llama-server's --rpc connects (it gives up at once)
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"ggml-rpc-server on 127.0.0.1:{port} not listening after 30 s") from None
-                    time.sleep(0.2)
+            while not tcp_open("127.0.0.1", port):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"ggml-rpc-server on 127.0.0.1:{port} not listening after 30 s")
+                time.sleep(0.2)
         yield ",".join(f"127.0.0.1:{p}" for p in ports)
     finally:
         for proc in procs:

@@ -396,10 +396,10 @@ def choose(measured: Sequence[Measured], need_identical: bool = True, margin: fl
     levels, shares = serving_levels(measured, margin, level)
 
     def at(m: Measured) -> float:
-        return levels.get(m.name, look_level())
+        return levels[m.name]
 
     def budget(m: Measured) -> str:
-        return budget_words(at(m), len(measured), shares.get(m.name, 1.0))
+        return budget_words(at(m), len(measured), shares[m.name])
 
     def pays(m: Measured) -> bool:
         return deployable(m.speedup, margin, at(m))

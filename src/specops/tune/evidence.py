@@ -190,17 +190,17 @@ class Blocks:
 
     def decide(self, names: Iterable[str], ref: str, need_identical: bool = True, margin: float = 0.05,
                identical: Mapping[str, bool | None] | None = None, workload: str | None = None,
-               mix: Mapping[str, float] | None = None) -> Choice:
+               mix: Mapping[str, float] | None = None, level: float | None = None) -> Choice:
         """The choice among ``names`` against ``ref``: over the whole mix (each task weighing the same, or with
         ``mix`` the mix's speedup weighted by time, its arithmetic added to the reason), or one workload (``mix``
-        not used)."""
+        not used). ``level``: :func:`specops.tune.decide.choose`'s (None: the run's error budget)."""
         if workload is not None or not mix:
             view = self if workload is None else self.only(workload)
             measured, missing = view.measured(names, ref, identical)
             return choose(measured, need_identical, margin, paired=lambda a, b: view.interval(a, b),
-                          left_out=missing)
+                          left_out=missing, level=level)
         measured, missing = self.measured(names, ref, identical, mix)
-        choice = choose(measured, need_identical, margin, left_out=missing,
+        choice = choose(measured, need_identical, margin, left_out=missing, level=level,
                         paired=lambda a, b: self.mix_interval(a, ref, mix, versus=b))
         shown = choice.chosen if choice.chosen != PLAIN else choice.runner_up
         if shown is None:
