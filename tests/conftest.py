@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     outcome = yield
     report = outcome.get_result()
     setattr(item, f"rep_{report.when}", report)
+
+
+# SPECOPS_TEST_TIMELINE=FILE: each test's worker, its pid, start and end (setup to teardown) appended to FILE, one
+# line a test, for scripts/suite-groups --acct (which process's CPU went to which test)
+TIMELINE = os.environ.get("SPECOPS_TEST_TIMELINE")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    start = time.time()
+    yield
+    if TIMELINE:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(TIMELINE, "a", encoding="utf-8") as fh:
+            fh.write(f"{worker}\t{os.getpid()}\t{start:.2f}\t{time.time():.2f}\t{item.nodeid}\n")
 
 
 @pytest.fixture(scope="session")
