@@ -606,6 +606,9 @@ class LabHost:
             "ansible_connection": "ssh",
             "ansible_ssh_private_key_file": str(self.key),
             "ansible_ssh_common_args": common,
+            # Ansible's own ssh_args less -C: compression is for slow links; on the host's veth it only costs CPU
+            # (the suite's ssh masters and sshd: 1.5 CPU-minutes a run, compressing zips already compressed)
+            "ansible_ssh_args": "-o ControlMaster=auto -o ControlPersist=60s",
             "ansible_python_interpreter": "/usr/bin/python3",
             # no package mirror in here: the exporter's libnss-systemd and Prometheus come with the rootfs
             "exporter_install_packages": False,
