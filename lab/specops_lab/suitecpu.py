@@ -81,6 +81,7 @@ class Attribution:
     """Each process's test (or None), by its parents."""
 
     SLACK = 1.0  # seconds: start times are whole seconds
+    STARTUP = 600.0  # seconds: a worker starts (and its children may) before its first test, while it collects
 
     def __init__(self, procs: list[Proc], tests: list[Test]) -> None:
         self.by_pid: dict[int, list[Proc]] = defaultdict(list)
@@ -108,7 +109,8 @@ class Attribution:
         cur: Proc | None = p
         while cur is not None and seen < 100:
             worker = self.workers.get(cur.ppid)
-            if worker is not None and self.runs[worker][0].start - 600 <= cur.start <= self.runs[worker][-1].end:
+            runs = self.runs.get(worker or "")
+            if runs and runs[0].start - self.STARTUP <= cur.start <= runs[-1].end:
                 return worker
             cur, seen = self.parent(cur), seen + 1
         return None
@@ -137,10 +139,13 @@ def attribute(procs: list[Proc], tests: list[Test]) -> Costs:
     by_module: dict[str, float] = defaultdict(float)
     by_cmd: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for p in procs:
-        t = None if att.is_worker(p) else att.test(p)
-        if t is not None:
+        if att.is_worker(p):
+            key = WORKERS
+        elif (t := att.test(p)) is None:
+            key = UNATTRIBUTED
+        else:
             by_test[t.nodeid] += p.cpu
-        key = WORKERS if att.is_worker(p) else UNATTRIBUTED if t is None else t.module
+            key = t.module
         by_module[key] += p.cpu
         by_cmd[key][p.comm] += p.cpu
     return Costs(sum(p.cpu for p in procs), dict(by_test), dict(by_module), {k: dict(v) for k, v in by_cmd.items()})
